@@ -1,0 +1,102 @@
+//! Error types: one small enum per operation, all convertible into [`Error`].
+
+use thiserror::Error;
+
+/// Why untrusted bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    /// The input ended before a field was complete.
+    #[error("input truncated at byte {at}")]
+    Truncated { at: usize },
+    /// A varint was longer than 64 bits or not minimally encoded.
+    #[error("malformed varint at byte {at}")]
+    BadVarint { at: usize },
+    /// A field's value lies outside its allowed range.
+    #[error("{what} = {value} out of range at byte {at}")]
+    OutOfRange { what: &'static str, value: u64, at: usize },
+    /// A tag byte that is not defined here.
+    #[error("unknown {what} tag {tag:#04x} at byte {at}")]
+    BadTag { what: &'static str, tag: u8, at: usize },
+    /// Bytes left over after a complete value.
+    #[error("trailing bytes at byte {at}")]
+    TrailingBytes { at: usize },
+    /// Nesting deeper than any valid tree can be.
+    #[error("structure nested too deeply at byte {at}")]
+    TooDeep { at: usize },
+    /// The encoding is of another format version.
+    #[error("format version {found} is not supported (expected {expected})")]
+    Version { found: u8, expected: u8 },
+}
+
+/// Why a proof or a chunk was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProofError {
+    /// The bytes are not a well-formed encoding.
+    #[error("malformed: {0}")]
+    Decode(#[from] DecodeError),
+    /// The bytes are well formed but hash to another root.
+    #[error("root mismatch: the proof is for another tree or version, or was altered")]
+    RootMismatch,
+    /// The proof is of another kind than the verifier expects.
+    #[error("expected a {expected} proof, found kind {found}")]
+    WrongKind { expected: &'static str, found: u8 },
+    /// The proof is well formed but does not have the shape its kind requires.
+    #[error("invalid proof structure: {0}")]
+    Structure(&'static str),
+    /// A chunk that verifies, but at another index than the one asked for.
+    #[error("chunk is index {found}, expected index {expected}")]
+    WrongIndex { expected: u64, found: u64 },
+}
+
+/// Why a key or value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum InputError {
+    /// Keys must be at least one byte.
+    #[error("empty key")]
+    EmptyKey,
+    /// Key longer than [`crate::MAX_KEY_LEN`].
+    #[error("key of {len} bytes exceeds the limit of {max}")]
+    KeyTooLong { len: usize, max: usize },
+    /// Value longer than [`crate::MAX_VALUE_LEN`].
+    #[error("value of {len} bytes exceeds the limit of {max}")]
+    ValueTooLong { len: usize, max: usize },
+    /// A range whose lower bound lies above its upper bound.
+    #[error("inverted range: the lower bound lies above the upper bound")]
+    InvertedRange,
+    /// Chunk capacity outside [`crate::MIN_CAPACITY`]..=[`crate::MAX_CAPACITY`].
+    #[error("chunk capacity {0} outside {min}..={max}", min = crate::MIN_CAPACITY, max = crate::MAX_CAPACITY)]
+    Capacity(u32),
+}
+
+/// Why a restore could not accept a chunk or finish.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RestoreError {
+    /// The chunk failed verification against the trusted root.
+    #[error("chunk {index} rejected: {source}")]
+    Invalid { index: u64, source: ProofError },
+    /// The index is beyond the tree's chunk count.
+    #[error("chunk index {index} out of range (the tree has {count} chunks)")]
+    OutOfRange { index: u64, count: u64 },
+    /// This chunk was already added.
+    #[error("chunk {0} was already added")]
+    Duplicate(u64),
+    /// `finish` was called before every chunk arrived.
+    #[error("{missing} of {count} chunks missing (first: {first})")]
+    Missing { missing: u64, count: u64, first: u64 },
+    /// The chunks verified but do not fit together (cannot happen for honest roots).
+    #[error("the verified chunks do not form a consistent tree: {0}")]
+    Inconsistent(&'static str),
+}
+
+/// The umbrella error of the crate.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Error {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Proof(#[from] ProofError),
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Restore(#[from] RestoreError),
+}

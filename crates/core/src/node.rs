@@ -1,0 +1,360 @@
+//! The AVL tree over chunks: copy-on-write nodes and the index-addressed edits the tree's
+//! fill policy is built from.
+//!
+//! Invariants (checked by [`Node::check`]): every inner node's height is one more than its
+//! taller child and its children differ in height by at most one; its key and chunk counts
+//! are the sums of its children's; its separator equals the first key of the leftmost chunk
+//! of its right subtree; a node whose hash is cached has only cached descendants.
+//!
+//! Every edit goes through [`Arc::make_mut`] from the root down, so nodes shared with a
+//! snapshot are copied (at chunk granularity) rather than changed, and every node on an
+//! edited path has its hash cleared.
+
+use std::sync::{Arc, LazyLock};
+
+use crate::chunk::Chunk;
+use crate::hash::{inner_hash, Digest, Hasher};
+
+#[derive(Clone)]
+pub(crate) enum Node {
+    Inner(Arc<Inner>),
+    Chunk(Arc<Chunk>),
+}
+
+#[derive(Clone)]
+pub(crate) struct Inner {
+    pub height: u8,
+    pub key_count: u64,
+    pub chunk_count: u64,
+    /// First key of the leftmost chunk of `right`.
+    pub sep: Box<[u8]>,
+    pub left: Node,
+    pub right: Node,
+    pub hash: Option<Digest>,
+}
+
+static PLACEHOLDER: LazyLock<Arc<Chunk>> = LazyLock::new(|| Arc::new(Chunk::new()));
+
+impl Node {
+    pub(crate) fn chunk(c: Chunk) -> Node {
+        Node::Chunk(Arc::new(c))
+    }
+
+    /// Moves the node out, leaving a cheap placeholder behind.
+    fn take(&mut self) -> Node {
+        std::mem::replace(self, Node::Chunk(PLACEHOLDER.clone()))
+    }
+
+    pub(crate) fn join(sep: Box<[u8]>, left: Node, right: Node) -> Node {
+        let mut i = Inner { height: 0, key_count: 0, chunk_count: 0, sep, left, right, hash: None };
+        i.fix();
+        Node::Inner(Arc::new(i))
+    }
+
+    #[inline]
+    pub(crate) fn height(&self) -> u8 {
+        match self {
+            Node::Inner(i) => i.height,
+            Node::Chunk(_) => 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn key_count(&self) -> u64 {
+        match self {
+            Node::Inner(i) => i.key_count,
+            Node::Chunk(c) => c.len() as u64,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn chunk_count(&self) -> u64 {
+        match self {
+            Node::Inner(i) => i.chunk_count,
+            Node::Chunk(_) => 1,
+        }
+    }
+
+    pub(crate) fn cached_hash(&self) -> Option<Digest> {
+        match self {
+            Node::Inner(i) => i.hash,
+            Node::Chunk(c) => c.hash,
+        }
+    }
+
+    pub(crate) fn first_key(&self) -> &[u8] {
+        let mut n = self;
+        loop {
+            match n {
+                Node::Inner(i) => n = &i.left,
+                Node::Chunk(c) => return c.first_key(),
+            }
+        }
+    }
+
+    /// The chunk with index `i` and the number of keys before it.
+    pub(crate) fn chunk_at(&self, mut i: u64) -> (&Chunk, u64) {
+        let mut n = self;
+        let mut before = 0;
+        loop {
+            match n {
+                Node::Inner(x) => {
+                    let lc = x.left.chunk_count();
+                    if i < lc {
+                        n = &x.left;
+                    } else {
+                        i -= lc;
+                        before += x.left.key_count();
+                        n = &x.right;
+                    }
+                }
+                Node::Chunk(c) => return (c, before),
+            }
+        }
+    }
+
+    /// The chunk that holds or would hold `key`, its index and the keys before it.
+    #[inline]
+    pub(crate) fn find(&self, key: &[u8]) -> (&Chunk, u64, u64) {
+        let mut n = self;
+        let (mut index, mut before) = (0, 0);
+        loop {
+            match n {
+                Node::Inner(x) => {
+                    if key < &*x.sep {
+                        n = &x.left;
+                    } else {
+                        index += x.left.chunk_count();
+                        before += x.left.key_count();
+                        n = &x.right;
+                    }
+                }
+                Node::Chunk(c) => return (c, index, before),
+            }
+        }
+    }
+
+    /// Applies `f` to chunk `i`, keeping counts and separators right on the way back up.
+    /// Returns whether the first key of this subtree changed, and `f`'s result.
+    pub(crate) fn update_chunk<R>(&mut self, i: u64, f: impl FnOnce(&mut Chunk) -> R) -> (bool, R) {
+        match self {
+            Node::Chunk(c) => {
+                let c = Arc::make_mut(c);
+                let before: Box<[u8]> = if c.len() > 0 { c.first_key().into() } else { Box::default() };
+                let r = f(c);
+                let changed = c.len() == 0 || *before != *c.first_key();
+                (changed, r)
+            }
+            Node::Inner(x) => {
+                let x = Arc::make_mut(x);
+                let lc = x.left.chunk_count();
+                let out = if i < lc {
+                    x.left.update_chunk(i, f)
+                } else {
+                    let (changed, r) = x.right.update_chunk(i - lc, f);
+                    if changed {
+                        x.sep = x.right.first_key().into();
+                    }
+                    (false, r)
+                };
+                x.fix();
+                out
+            }
+        }
+    }
+
+    /// Inserts `new` so that it becomes chunk `i + 1`.
+    pub(crate) fn insert_chunk_after(&mut self, i: u64, new: Chunk) {
+        match self {
+            Node::Chunk(_) => {
+                let sep: Box<[u8]> = new.first_key().into();
+                let old = self.take();
+                *self = Node::join(sep, old, Node::chunk(new));
+            }
+            Node::Inner(x) => {
+                let x = Arc::make_mut(x);
+                let lc = x.left.chunk_count();
+                if i < lc {
+                    x.left.insert_chunk_after(i, new);
+                } else {
+                    x.right.insert_chunk_after(i - lc, new);
+                }
+                x.fix();
+                self.rebalance();
+            }
+        }
+    }
+
+    /// Removes chunk `i` from a tree of at least two chunks. Returns whether the first key
+    /// of this subtree changed.
+    pub(crate) fn remove_chunk(&mut self, i: u64) -> bool {
+        let Node::Inner(x) = self else { return false };
+        let x = Arc::make_mut(x);
+        let lc = x.left.chunk_count();
+        let changed = if i < lc {
+            if let Node::Chunk(_) = x.left {
+                let right = x.right.take();
+                *self = right;
+                return true;
+            }
+            x.left.remove_chunk(i)
+        } else {
+            if let Node::Chunk(_) = x.right {
+                let left = x.left.take();
+                *self = left;
+                return false;
+            }
+            if x.right.remove_chunk(i - lc) {
+                x.sep = x.right.first_key().into();
+            }
+            false
+        };
+        x.fix();
+        self.rebalance();
+        changed
+    }
+
+    /// Restores the AVL balance at this node after one of its children changed height by
+    /// at most one. Rotations keep every separator valid: they preserve in-order.
+    fn rebalance(&mut self) {
+        let Node::Inner(x) = self else { return };
+        let (hl, hr) = (x.left.height(), x.right.height());
+        if hl > hr + 1 {
+            let lx = match &x.left {
+                Node::Inner(l) => l.left.height() < l.right.height(),
+                Node::Chunk(_) => false,
+            };
+            if lx {
+                Arc::make_mut(x).left.rotate_left();
+            }
+            self.rotate_right();
+        } else if hr > hl + 1 {
+            let rx = match &x.right {
+                Node::Inner(r) => r.right.height() < r.left.height(),
+                Node::Chunk(_) => false,
+            };
+            if rx {
+                Arc::make_mut(x).right.rotate_right();
+            }
+            self.rotate_left();
+        }
+    }
+
+    fn rotate_right(&mut self) {
+        let Node::Inner(mut x) = self.take() else { return };
+        let xm = Arc::make_mut(&mut x);
+        let Node::Inner(mut l) = xm.left.take() else { return };
+        let lm = Arc::make_mut(&mut l);
+        xm.left = lm.right.take();
+        xm.fix();
+        lm.right = Node::Inner(x);
+        lm.fix();
+        *self = Node::Inner(l);
+    }
+
+    fn rotate_left(&mut self) {
+        let Node::Inner(mut x) = self.take() else { return };
+        let xm = Arc::make_mut(&mut x);
+        let Node::Inner(mut r) = xm.right.take() else { return };
+        let rm = Arc::make_mut(&mut r);
+        xm.right = rm.left.take();
+        xm.fix();
+        rm.left = Node::Inner(x);
+        rm.fix();
+        *self = Node::Inner(r);
+    }
+
+    /// Computes every missing hash below and returns this node's hash.
+    pub(crate) fn rehash<H: Hasher>(&mut self) -> Digest {
+        match self {
+            Node::Chunk(c) => match c.hash {
+                Some(h) => h,
+                None => Arc::make_mut(c).rehash::<H>(),
+            },
+            Node::Inner(x) => {
+                if let Some(h) = x.hash {
+                    return h;
+                }
+                let x = Arc::make_mut(x);
+                let l = x.left.rehash::<H>();
+                let r = x.right.rehash::<H>();
+                let h = inner_hash::<H>(x.height, x.key_count, x.chunk_count, &l, &r);
+                x.hash = Some(h);
+                h
+            }
+        }
+    }
+
+    /// Checks every structural invariant of the subtree; returns its first key.
+    pub(crate) fn check<H: Hasher>(&self, capacity: usize, min_fill: usize) -> Result<(), String> {
+        match self {
+            Node::Chunk(c) => {
+                if c.len() == 0 || c.len() > capacity {
+                    return Err(format!("chunk of {} keys (capacity {capacity})", c.len()));
+                }
+                if c.len() < min_fill {
+                    return Err(format!("chunk of {} keys below the fill floor {min_fill}", c.len()));
+                }
+                c.check::<H>()
+            }
+            Node::Inner(x) => {
+                x.left.check::<H>(capacity, min_fill)?;
+                x.right.check::<H>(capacity, min_fill)?;
+                let (hl, hr) = (x.left.height(), x.right.height());
+                if hl.abs_diff(hr) > 1 || x.height != hl.max(hr) + 1 {
+                    return Err(format!("AVL violation: height {} over {hl}/{hr}", x.height));
+                }
+                if x.key_count != x.left.key_count() + x.right.key_count()
+                    || x.chunk_count != x.left.chunk_count() + x.right.chunk_count()
+                {
+                    return Err("counts are not the sums of the children's".into());
+                }
+                if *x.sep != *x.right.first_key() {
+                    return Err("separator is not the right subtree's first key".into());
+                }
+                if x.left.key(x.left.key_count() - 1) >= x.right.first_key() {
+                    return Err("subtrees out of order".into());
+                }
+                if let Some(h) = x.hash {
+                    let (Some(l), Some(r)) = (x.left.cached_hash(), x.right.cached_hash()) else {
+                        return Err("hashed node over an unhashed child".into());
+                    };
+                    if h != inner_hash::<H>(x.height, x.key_count, x.chunk_count, &l, &r) {
+                        return Err("cached inner hash is stale".into());
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Key number `i` of the subtree (by order).
+    pub(crate) fn key(&self, mut i: u64) -> &[u8] {
+        let mut n = self;
+        loop {
+            match n {
+                Node::Inner(x) => {
+                    let lk = x.left.key_count();
+                    if i < lk {
+                        n = &x.left;
+                    } else {
+                        i -= lk;
+                        n = &x.right;
+                    }
+                }
+                Node::Chunk(c) => return c.key(i as usize),
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Recomputes height and counts from the children, and clears the hash.
+    #[inline]
+    fn fix(&mut self) {
+        self.height = self.left.height().max(self.right.height()) + 1;
+        self.key_count = self.left.key_count() + self.right.key_count();
+        self.chunk_count = self.left.chunk_count() + self.right.chunk_count();
+        self.hash = None;
+    }
+}

@@ -1,0 +1,612 @@
+//! Proofs and chunk encodings: one format, one verifier.
+//!
+//! Every proof is the tree with everything irrelevant pruned: a pre-order walk of the AVL
+//! nodes in which a subtree is either expanded or replaced by its hash and metadata, and in
+//! each expanded chunk a contiguous run of leaves is expanded inside the RFC 6962 shape,
+//! the rest replaced by hashes. Membership, absence and range proofs and exported chunks
+//! are this encoding with different runs expanded; `docs/design.md` gives the byte layout.
+//!
+//! The verifier takes only the trusted root and the bytes. It checks every length against
+//! the bytes left before using it, bounds recursion, allocates only in proportion to the
+//! input, and returns a `#[must_use]` value or a typed error — never panics.
+
+use std::ops::Bound;
+
+use crate::chunk::{split_point, Chunk};
+use crate::codec::{put_bytes, put_varint, Reader};
+use crate::error::{DecodeError, InputError, ProofError};
+use crate::hash::{
+    chunk_hash, chunk_node_hash, inner_hash, leaf_hash, leaf_hash_of, root_hash, value_hash, Digest,
+    Hasher, EMPTY_TOP, FORMAT_VERSION,
+};
+use crate::node::Node;
+use crate::tree::{Snapshot, View};
+use crate::{MAX_CAPACITY, MAX_HEIGHT, MAX_KEY_LEN, MAX_VALUE_LEN, MIN_CAPACITY};
+
+/// Proof kinds (second byte of every proof).
+pub mod kind {
+    pub const MEMBERSHIP: u8 = 1;
+    pub const RANGE: u8 = 2;
+    pub const CHUNK: u8 = 3;
+}
+
+const T_EMPTY: u8 = 0;
+const T_INNER: u8 = 1;
+const T_CHUNK: u8 = 2;
+const T_PRUNED: u8 = 3;
+const L_HASH: u8 = 0;
+const L_VALUE: u8 = 1;
+const L_SUBJECT: u8 = 2;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LeafKind {
+    Hash,
+    Value,
+    Subject,
+}
+
+struct Emitter<'a, H: Hasher, F: Fn(u64) -> LeafKind> {
+    out: Vec<u8>,
+    lo: u64,
+    hi: u64,
+    kind: F,
+    _v: std::marker::PhantomData<&'a H>,
+}
+
+impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
+    fn node(&mut self, node: &Node, offset: u64) {
+        let kc = node.key_count();
+        if offset + kc <= self.lo || offset >= self.hi {
+            self.out.extend_from_slice(&[T_PRUNED, node.height()]);
+            put_varint(&mut self.out, kc);
+            put_varint(&mut self.out, node.chunk_count());
+            self.out.extend_from_slice(&node.cached_hash().unwrap_or_default());
+            return;
+        }
+        match node {
+            Node::Inner(x) => {
+                self.out.push(T_INNER);
+                self.node(&x.left, offset);
+                self.node(&x.right, offset + x.left.key_count());
+            }
+            Node::Chunk(c) => {
+                self.out.push(T_CHUNK);
+                let p = self.lo.saturating_sub(offset) as usize;
+                let e = (self.hi - offset).min(kc) as usize;
+                put_varint(&mut self.out, kc);
+                put_varint(&mut self.out, p as u64);
+                put_varint(&mut self.out, (e - p) as u64);
+                self.in_chunk(c, 0, c.len(), p, e, offset);
+            }
+        }
+    }
+
+    fn in_chunk(&mut self, c: &Chunk, a: usize, b: usize, p: usize, e: usize, offset: u64) {
+        if b <= p || a >= e {
+            let h = c.node_hash::<H>(a, b);
+            self.out.extend_from_slice(&h);
+        } else if b - a == 1 {
+            match (self.kind)(offset + a as u64) {
+                LeafKind::Subject => self.out.push(L_SUBJECT),
+                LeafKind::Hash => {
+                    self.out.push(L_HASH);
+                    put_bytes(&mut self.out, c.key(a));
+                    self.out.extend_from_slice(&value_hash::<H>(c.value(a)));
+                }
+                LeafKind::Value => {
+                    self.out.push(L_VALUE);
+                    put_bytes(&mut self.out, c.key(a));
+                    put_bytes(&mut self.out, c.value(a));
+                }
+            }
+        } else {
+            let k = split_point(b - a);
+            self.in_chunk(c, a, a + k, p, e, offset);
+            self.in_chunk(c, a + k, b, p, e, offset);
+        }
+    }
+}
+
+fn emit<H: Hasher>(view: View<'_>, proof_kind: u8, lo: u64, hi: u64, kind: impl Fn(u64) -> LeafKind) -> Vec<u8> {
+    let mut out = vec![FORMAT_VERSION, proof_kind];
+    put_varint(&mut out, u64::from(view.capacity));
+    let mut em = Emitter::<H, _> { out, lo, hi, kind, _v: Default::default() };
+    match view.root {
+        None => em.out.push(T_EMPTY),
+        Some(root) => em.node(root, 0),
+    }
+    em.out
+}
+
+fn below(k: &[u8], lo: Bound<&[u8]>) -> bool {
+    match lo {
+        Bound::Unbounded => false,
+        Bound::Included(a) => k < a,
+        Bound::Excluded(a) => k <= a,
+    }
+}
+
+fn above(k: &[u8], hi: Bound<&[u8]>) -> bool {
+    match hi {
+        Bound::Unbounded => false,
+        Bound::Included(b) => k > b,
+        Bound::Excluded(b) => k >= b,
+    }
+}
+
+fn inverted(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => a > b,
+        _ => false,
+    }
+}
+
+impl<H: Hasher> Snapshot<H> {
+    /// A proof that `key` is present with its current value; `None` if absent.
+    pub fn prove_membership(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let view = self.view();
+        let (c, _, before) = view.root?.find(key);
+        let i = before + c.search(key).ok()? as u64;
+        Some(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| LeafKind::Subject))
+    }
+
+    /// A proof that `key` is absent; `None` if present.
+    pub fn prove_absence(&self, key: &[u8]) -> Option<Vec<u8>> {
+        if self.get(key).is_some() {
+            return None;
+        }
+        self.prove_range(Bound::Included(key), Bound::Included(key)).ok()
+    }
+
+    /// A proof of every entry with a key within the bounds, nothing omitted.
+    pub fn prove_range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<Vec<u8>, InputError> {
+        if inverted(lo, hi) {
+            return Err(InputError::InvertedRange);
+        }
+        let view = self.view();
+        let n = self.len();
+        let s = view.lower_index(lo);
+        let e = match hi {
+            Bound::Unbounded => n,
+            Bound::Included(b) => view.lower_index(Bound::Excluded(b)),
+            Bound::Excluded(b) => view.lower_index(Bound::Included(b)),
+        }
+        .max(s);
+        let (plo, phi) = (s.saturating_sub(1), if e < n { e + 1 } else { n });
+        Ok(emit::<H>(view, kind::RANGE, plo, phi, |i| {
+            if i >= s && i < e {
+                LeafKind::Value
+            } else {
+                LeafKind::Hash
+            }
+        }))
+    }
+
+    /// Chunk `i` with all its entries and the proof binding it to index `i`, the chunk
+    /// count and the root; `None` if there is no chunk `i`.
+    pub fn export_chunk(&self, i: u64) -> Option<Vec<u8>> {
+        let view = self.view();
+        let root = view.root?;
+        if i >= root.chunk_count() {
+            return None;
+        }
+        let (c, before) = root.chunk_at(i);
+        Some(emit::<H>(view, kind::CHUNK, before, before + c.len() as u64, |_| LeafKind::Value))
+    }
+}
+
+/// A verified membership proof.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedMembership {
+    /// Position of the key among all keys.
+    pub index: u64,
+    /// Number of keys in the tree.
+    pub key_count: u64,
+}
+
+/// A verified range: every entry of the tree within the bounds, in key order.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedRange {
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Number of keys in the tree.
+    pub key_count: u64,
+}
+
+/// A verified absence proof.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedAbsence {
+    /// Number of keys in the tree.
+    pub key_count: u64,
+}
+
+/// A chunk verified against the root: its entries are exactly chunk `index` of the tree.
+#[must_use]
+#[derive(Clone)]
+pub struct VerifiedChunk {
+    pub index: u64,
+    pub chunk_count: u64,
+    /// Number of keys in the whole tree.
+    pub key_count: u64,
+    /// Number of keys in the chunks before this one.
+    pub keys_before: u64,
+    /// Height of the inner node whose separator is this chunk's first key (0 for chunk 0).
+    pub key_height: u8,
+    pub capacity: u32,
+    pub(crate) chunk: Chunk,
+}
+
+impl VerifiedChunk {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.chunk.len()
+    }
+    /// Never true: chunks are not empty.
+    pub fn is_empty(&self) -> bool {
+        self.chunk.len() == 0
+    }
+    /// The entries, in key order.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        (0..self.chunk.len()).map(|i| (self.chunk.key(i), &**self.chunk.value(i)))
+    }
+}
+
+struct Leaf<'a> {
+    index: u64,
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+    kind: u8,
+}
+
+struct Info {
+    hash: Digest,
+    height: u8,
+    kc: u64,
+    cc: u64,
+    expanded: bool,
+    /// The subtree holds the expanded chunk and only left turns lead to it.
+    pending: bool,
+}
+
+struct ExpandedChunk {
+    index: u64,
+    keys_before: u64,
+    full: bool,
+    chunk: Option<Chunk>,
+}
+
+struct Walk<'a, H: Hasher> {
+    r: Reader<'a>,
+    capacity: u64,
+    keys_before: u64,
+    chunks_before: u64,
+    leaves: Vec<Leaf<'a>>,
+    subject: Option<(&'a [u8], &'a [u8])>,
+    build: bool,
+    chunks: Vec<ExpandedChunk>,
+    key_height: Option<u8>,
+    _h: std::marker::PhantomData<H>,
+}
+
+impl<'a, H: Hasher> Walk<'a, H> {
+    fn node(&mut self, depth: usize) -> Result<Info, ProofError> {
+        let at = self.r.position();
+        if depth > MAX_HEIGHT as usize {
+            return Err(DecodeError::TooDeep { at }.into());
+        }
+        match self.r.u8()? {
+            T_PRUNED => self.pruned(),
+            T_CHUNK => self.chunk(),
+            T_INNER => {
+                let l = self.node(depth + 1)?;
+                let r = self.node(depth + 1)?;
+                if !l.expanded && !r.expanded {
+                    return Err(ProofError::Structure("expanded node over two pruned subtrees"));
+                }
+                let height = l.height.max(r.height) + 1;
+                if height > MAX_HEIGHT {
+                    return Err(DecodeError::TooDeep { at }.into());
+                }
+                let (Some(kc), Some(cc)) = (l.kc.checked_add(r.kc), l.cc.checked_add(r.cc)) else {
+                    return Err(DecodeError::OutOfRange { what: "key count", value: u64::MAX, at }.into());
+                };
+                if r.pending {
+                    self.key_height = Some(height);
+                }
+                Ok(Info {
+                    hash: inner_hash::<H>(height, kc, cc, &l.hash, &r.hash),
+                    height,
+                    kc,
+                    cc,
+                    expanded: true,
+                    pending: l.pending,
+                })
+            }
+            tag => Err(DecodeError::BadTag { what: "node", tag, at }.into()),
+        }
+    }
+
+    fn pruned(&mut self) -> Result<Info, ProofError> {
+        let at = self.r.position();
+        let height = self.r.u8()?;
+        if height > MAX_HEIGHT {
+            return Err(DecodeError::OutOfRange { what: "height", value: height.into(), at }.into());
+        }
+        // Counts are bounded so that sums over a whole proof cannot overflow.
+        let kc = self.r.varint_in(1, u64::MAX >> 16, "key count")?;
+        let cc = if height == 0 {
+            self.r.varint_in(1, 1, "chunk count")?
+        } else {
+            self.r.varint_in(2, kc, "chunk count")?
+        };
+        if height == 0 && kc > self.capacity {
+            return Err(DecodeError::OutOfRange { what: "key count", value: kc, at }.into());
+        }
+        let hash = self.r.digest()?;
+        self.keys_before = self.keys_before.saturating_add(kc);
+        self.chunks_before = self.chunks_before.saturating_add(cc);
+        Ok(Info { hash, height, kc, cc, expanded: false, pending: false })
+    }
+
+    fn chunk(&mut self) -> Result<Info, ProofError> {
+        let m = self.r.varint_in(1, self.capacity, "chunk key count")? as usize;
+        let p = self.r.varint_in(0, m as u64 - 1, "first expanded leaf")? as usize;
+        let q = self.r.varint_in(1, (m - p) as u64, "expanded leaf count")? as usize;
+        let full = p == 0 && q == m;
+        let offset = self.keys_before;
+        let mut built = None;
+        let root = if full && self.build {
+            let mut c = Chunk::new();
+            for i in 0..m {
+                let (key, value) = match self.leaf_tag()? {
+                    L_VALUE => (self.key()?, self.value()?),
+                    _ => return Err(ProofError::Structure("chunk entries must carry values")),
+                };
+                if i > 0 && c.key(i - 1) >= key {
+                    return Err(ProofError::Structure("keys out of order"));
+                }
+                c.push_verified(key, value, leaf_hash_of::<H>(key, value));
+            }
+            let h = c.rehash::<H>();
+            built = Some(c);
+            h
+        } else {
+            chunk_hash::<H>(m as u32, &self.in_chunk(0, m, p, p + q, offset)?)
+        };
+        self.chunks.push(ExpandedChunk { index: self.chunks_before, keys_before: offset, full, chunk: built });
+        self.keys_before += m as u64;
+        self.chunks_before += 1;
+        Ok(Info { hash: root, height: 0, kc: m as u64, cc: 1, expanded: true, pending: true })
+    }
+
+    fn in_chunk(&mut self, a: usize, b: usize, p: usize, e: usize, offset: u64) -> Result<Digest, ProofError> {
+        if b <= p || a >= e {
+            return Ok(self.r.digest()?);
+        }
+        if b - a == 1 {
+            return self.leaf(offset + a as u64);
+        }
+        let k = split_point(b - a);
+        let l = self.in_chunk(a, a + k, p, e, offset)?;
+        let r = self.in_chunk(a + k, b, p, e, offset)?;
+        Ok(chunk_node_hash::<H>(&l, &r))
+    }
+
+    fn leaf_tag(&mut self) -> Result<u8, ProofError> {
+        let at = self.r.position();
+        match self.r.u8()? {
+            t @ (L_HASH | L_VALUE | L_SUBJECT) => Ok(t),
+            tag => Err(DecodeError::BadTag { what: "leaf", tag, at }.into()),
+        }
+    }
+
+    fn key(&mut self) -> Result<&'a [u8], ProofError> {
+        let at = self.r.position();
+        let k = self.r.bytes(MAX_KEY_LEN, "key length")?;
+        if k.is_empty() {
+            return Err(DecodeError::OutOfRange { what: "key length", value: 0, at }.into());
+        }
+        Ok(k)
+    }
+
+    fn value(&mut self) -> Result<&'a [u8], ProofError> {
+        Ok(self.r.bytes(MAX_VALUE_LEN, "value length")?)
+    }
+
+    fn leaf(&mut self, index: u64) -> Result<Digest, ProofError> {
+        let kind = self.leaf_tag()?;
+        let (key, value, hash) = match kind {
+            L_HASH => {
+                let key = self.key()?;
+                let vh = self.r.digest()?;
+                (key, None, leaf_hash::<H>(key, &vh))
+            }
+            L_VALUE => {
+                let key = self.key()?;
+                let value = self.value()?;
+                (key, Some(value), leaf_hash_of::<H>(key, value))
+            }
+            _ => {
+                let Some((key, value)) = self.subject.take() else {
+                    return Err(ProofError::Structure("unexpected subject leaf"));
+                };
+                (key, Some(value), leaf_hash_of::<H>(key, value))
+            }
+        };
+        self.leaves.push(Leaf { index, key, value, kind });
+        Ok(hash)
+    }
+}
+
+/// The result of walking a proof: what every kind-specific check starts from.
+struct Walked<'a> {
+    key_count: u64,
+    chunk_count: u64,
+    leaves: Vec<Leaf<'a>>,
+    chunks: Vec<ExpandedChunk>,
+    key_height: Option<u8>,
+    capacity: u32,
+    subject_used: bool,
+}
+
+fn walk<'a, H: Hasher>(
+    root: &Digest,
+    expected_kind: u8,
+    bytes: &'a [u8],
+    subject: Option<(&'a [u8], &'a [u8])>,
+    build: bool,
+) -> Result<Walked<'a>, ProofError> {
+    let mut r = Reader::new(bytes);
+    let version = r.u8()?;
+    if version != FORMAT_VERSION {
+        return Err(DecodeError::Version { found: version, expected: FORMAT_VERSION }.into());
+    }
+    let found = r.u8()?;
+    if found != expected_kind {
+        let expected = match expected_kind {
+            kind::MEMBERSHIP => "membership",
+            kind::RANGE => "range",
+            _ => "chunk",
+        };
+        return Err(ProofError::WrongKind { expected, found });
+    }
+    let capacity = r.varint_in(MIN_CAPACITY.into(), MAX_CAPACITY.into(), "capacity")? as u32;
+    let mut w = Walk::<H> {
+        r,
+        capacity: capacity.into(),
+        keys_before: 0,
+        chunks_before: 0,
+        leaves: Vec::new(),
+        subject,
+        build,
+        chunks: Vec::new(),
+        key_height: None,
+        _h: Default::default(),
+    };
+    let at = w.r.position();
+    let (top, kc, cc, pending) = if w.r.remaining() > 0 && bytes[at] == T_EMPTY {
+        w.r.u8()?;
+        (EMPTY_TOP, 0, 0, false)
+    } else {
+        let info = w.node(0)?;
+        if !info.expanded {
+            return Err(ProofError::Structure("nothing expanded"));
+        }
+        (info.hash, info.kc, info.cc, info.pending)
+    };
+    w.r.finish()?;
+    if root_hash::<H>(capacity, &top) != *root {
+        return Err(ProofError::RootMismatch);
+    }
+    let key_height = if pending { Some(0) } else { w.key_height };
+    Ok(Walked {
+        key_count: kc,
+        chunk_count: cc,
+        leaves: w.leaves,
+        chunks: w.chunks,
+        key_height,
+        capacity,
+        subject_used: w.subject.is_none(),
+    })
+}
+
+/// Verifies that `key` maps to `value` in the tree with root `root`.
+pub fn verify_membership<H: Hasher>(
+    root: &Digest,
+    key: &[u8],
+    value: &[u8],
+    proof: &[u8],
+) -> Result<VerifiedMembership, ProofError> {
+    let w = walk::<H>(root, kind::MEMBERSHIP, proof, Some((key, value)), false)?;
+    if w.leaves.len() != 1 || !w.subject_used {
+        return Err(ProofError::Structure("a membership proof expands exactly its subject"));
+    }
+    Ok(VerifiedMembership { index: w.leaves[0].index, key_count: w.key_count })
+}
+
+/// Verifies a range proof and returns every entry within `lo..hi` (bounds as given).
+pub fn verify_range<H: Hasher>(
+    root: &Digest,
+    lo: Bound<&[u8]>,
+    hi: Bound<&[u8]>,
+    proof: &[u8],
+) -> Result<VerifiedRange, ProofError> {
+    if inverted(lo, hi) {
+        return Err(ProofError::Structure("inverted range"));
+    }
+    let w = walk::<H>(root, kind::RANGE, proof, None, false)?;
+    let leaves = &w.leaves;
+    let n = w.key_count;
+    if n == 0 {
+        return Ok(VerifiedRange { entries: Vec::new(), key_count: 0 });
+    }
+    let (Some(first), Some(last)) = (leaves.first(), leaves.last()) else {
+        return Err(ProofError::Structure("no leaves"));
+    };
+    for pair in leaves.windows(2) {
+        if pair[1].index != pair[0].index + 1 {
+            return Err(ProofError::Structure("leaves are not contiguous"));
+        }
+        if pair[0].key >= pair[1].key {
+            return Err(ProofError::Structure("keys out of order"));
+        }
+    }
+    if !(first.index == 0 || below(first.key, lo)) || !(last.index == n - 1 || above(last.key, hi)) {
+        return Err(ProofError::Structure("range not covered to its bounds"));
+    }
+    let len = leaves.len();
+    if (len > 1 && below(leaves[1].key, lo)) || (len > 1 && above(leaves[len - 2].key, hi)) {
+        return Err(ProofError::Structure("more boundary leaves than needed"));
+    }
+    let mut entries = Vec::new();
+    for leaf in leaves {
+        let inside = !below(leaf.key, lo) && !above(leaf.key, hi);
+        match (inside, leaf.kind, leaf.value) {
+            (true, L_VALUE, Some(v)) => entries.push((leaf.key.to_vec(), v.to_vec())),
+            (false, L_HASH, None) => {}
+            _ => return Err(ProofError::Structure("leaf carries the wrong content for its place")),
+        }
+    }
+    Ok(VerifiedRange { entries, key_count: n })
+}
+
+/// Verifies that `key` is absent from the tree with root `root`.
+pub fn verify_absence<H: Hasher>(root: &Digest, key: &[u8], proof: &[u8]) -> Result<VerifiedAbsence, ProofError> {
+    let r = verify_range::<H>(root, Bound::Included(key), Bound::Included(key), proof)?;
+    if !r.entries.is_empty() {
+        return Err(ProofError::Structure("the key is present"));
+    }
+    Ok(VerifiedAbsence { key_count: r.key_count })
+}
+
+/// Verifies exported chunk bytes as chunk `index` of the tree with root `root`.
+pub fn verify_chunk<H: Hasher>(root: &Digest, index: u64, bytes: &[u8]) -> Result<VerifiedChunk, ProofError> {
+    let w = walk::<H>(root, kind::CHUNK, bytes, None, true)?;
+    let mut chunks = w.chunks;
+    let (Some(c), true) = (chunks.pop(), chunks.is_empty()) else {
+        return Err(ProofError::Structure("a chunk proof expands exactly one chunk"));
+    };
+    let (true, Some(chunk), Some(key_height)) = (c.full, c.chunk, w.key_height) else {
+        return Err(ProofError::Structure("a chunk proof expands every entry of its chunk"));
+    };
+    if c.index != index {
+        return Err(ProofError::WrongIndex { expected: index, found: c.index });
+    }
+    Ok(VerifiedChunk {
+        index,
+        chunk_count: w.chunk_count,
+        key_count: w.key_count,
+        keys_before: c.keys_before,
+        key_height,
+        capacity: w.capacity,
+        chunk,
+    })
+}
+
+/// Which kind a proof says it is, for tools that accept any proof.
+pub fn proof_kind(proof: &[u8]) -> Option<u8> {
+    proof.get(1).copied()
+}

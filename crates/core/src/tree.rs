@@ -1,0 +1,494 @@
+//! The mutable working tree and its immutable snapshots.
+//!
+//! Fill policy (deterministic, so a rebuilt tree has the same future as the original):
+//! - A chunk that is full when a new key arrives first evens out with its emptier
+//!   neighbour (left on a tie) if that neighbour has room; otherwise it and its
+//!   neighbours (up to three full chunks) are redistributed into one chunk more, so
+//!   three full chunks become four chunks three-quarters full. This keeps random
+//!   insertions near 86% fill instead of the 69% of split-in-half.
+//! - A chunk that falls below `capacity / 2` keys after a delete evens out with its fuller
+//!   neighbour if that one has more than `capacity / 2`, else merges with it. A tree of
+//!   one chunk may hold any number of keys from 1 up; a tree with no keys has no chunks.
+
+use std::marker::PhantomData;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use crate::chunk::{Chunk, Value};
+use crate::error::InputError;
+use crate::hash::{root_hash, Digest, Hasher, Sha256, EMPTY_TOP};
+use crate::node::Node;
+use crate::{DEFAULT_CAPACITY, MAX_CAPACITY, MAX_KEY_LEN, MAX_VALUE_LEN, MIN_CAPACITY};
+
+/// An authenticated, ordered key-value map organised in self-verifiable chunks.
+///
+/// Edits are cheap and leave hashes stale; [`Tree::root_hash`] and [`Tree::snapshot`]
+/// rehash only what changed. A [`Snapshot`] is an O(1), immutable, thread-safe view that
+/// serves reads, proofs and chunks while the tree goes on changing.
+///
+/// ```
+/// use bavl_core::{Tree, verify_membership};
+/// let mut tree = Tree::new();
+/// tree.insert(b"alice", b"10")?;
+/// tree.insert(b"bob", b"20")?;
+/// let snap = tree.snapshot();
+/// let proof = snap.prove_membership(b"bob").expect("bob is present");
+/// let ok = verify_membership::<bavl_core::Sha256>(&snap.root_hash(), b"bob", b"20", &proof)?;
+/// assert_eq!(ok.index, 1);
+/// # Ok::<(), bavl_core::Error>(())
+/// ```
+pub struct Tree<H: Hasher = Sha256> {
+    pub(crate) root: Option<Node>,
+    pub(crate) capacity: u32,
+    _h: PhantomData<H>,
+}
+
+impl<H: Hasher> Clone for Tree<H> {
+    fn clone(&self) -> Self {
+        Tree { root: self.root.clone(), capacity: self.capacity, _h: PhantomData }
+    }
+}
+
+impl<H: Hasher> Default for Tree<H> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+enum Put {
+    Done(Option<Value>),
+    Full(u64),
+}
+
+fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
+    if key.is_empty() {
+        return Err(InputError::EmptyKey);
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(InputError::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
+    }
+    if value.len() > MAX_VALUE_LEN {
+        return Err(InputError::ValueTooLong { len: value.len(), max: MAX_VALUE_LEN });
+    }
+    Ok(())
+}
+
+impl<H: Hasher> Tree<H> {
+    /// An empty tree with the default chunk capacity.
+    pub fn new() -> Self {
+        Tree { root: None, capacity: DEFAULT_CAPACITY, _h: PhantomData }
+    }
+
+    /// An empty tree whose chunks hold up to `capacity` keys
+    /// ([`MIN_CAPACITY`]..=[`MAX_CAPACITY`]).
+    pub fn with_capacity(capacity: u32) -> Result<Self, InputError> {
+        if !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
+            return Err(InputError::Capacity(capacity));
+        }
+        Ok(Tree { root: None, capacity, _h: PhantomData })
+    }
+
+    pub(crate) fn from_root(root: Option<Node>, capacity: u32) -> Self {
+        Tree { root, capacity, _h: PhantomData }
+    }
+
+    /// The chunk capacity chosen at creation.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    fn min_fill(&self) -> usize {
+        self.capacity as usize / 2
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> u64 {
+        self.root.as_ref().map_or(0, Node::key_count)
+    }
+
+    /// Whether the tree holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.root.is_none()
+    }
+
+    /// Number of chunks.
+    pub fn chunk_count(&self) -> u64 {
+        self.root.as_ref().map_or(0, Node::chunk_count)
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.view().get(key)
+    }
+
+    /// Entries with keys in the given bounds, in key order.
+    pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
+        self.view().range(lo, hi)
+    }
+
+    /// All entries in key order.
+    pub fn iter(&self) -> Iter<'_> {
+        self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+
+    pub(crate) fn view(&self) -> View<'_> {
+        View { root: self.root.as_ref(), capacity: self.capacity }
+    }
+
+    /// Inserts or replaces; returns the previous value. A refused key or value leaves the
+    /// tree unchanged.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Option<Value>, InputError> {
+        check_entry(key, value)?;
+        let value: Value = Arc::from(value);
+        let cap = self.capacity as usize;
+        for attempt in 0.. {
+            debug_assert!(attempt < 2, "make_room left no room");
+            let Some(root) = self.root.as_mut() else {
+                let mut c = Chunk::new();
+                c.insert_at(0, key, value);
+                self.root = Some(Node::chunk(c));
+                return Ok(None);
+            };
+            match put(root, key, &value, cap, 0) {
+                Put::Done(old) => return Ok(old),
+                Put::Full(i) => self.make_room(i),
+            }
+        }
+        unreachable!("the loop above only ends by returning")
+    }
+
+    /// Removes `key`; returns its value if it was present.
+    pub fn remove(&mut self, key: &[u8]) -> Option<Value> {
+        let root = self.root.as_mut()?;
+        let (chunk, index, _) = root.find(key);
+        let pos = chunk.search(key).ok()?;
+        let (_, (old, len)) = root.update_chunk(index, |c| {
+            let old = c.remove_at(pos);
+            (old, c.len())
+        });
+        if len < self.min_fill() {
+            self.fix_underflow(index, len);
+        }
+        Some(old)
+    }
+
+    fn chunk_len(&self, i: u64) -> usize {
+        self.root.as_ref().map_or(0, |r| r.chunk_at(i).0.len())
+    }
+
+    /// Makes room in full chunk `i`.
+    fn make_room(&mut self, i: u64) {
+        let count = self.chunk_count();
+        let cap = self.capacity as usize;
+        let left = (i > 0).then(|| self.chunk_len(i - 1));
+        let right = (i + 1 < count).then(|| self.chunk_len(i + 1));
+        let pick = match (left, right) {
+            (Some(l), Some(r)) if r < l => Some((i, r)),
+            (Some(l), _) => Some((i - 1, l)),
+            (None, Some(r)) => Some((i, r)),
+            (None, None) => None,
+        };
+        match pick {
+            // Evening out must leave both chunks below capacity: the neighbour needs two
+            // free slots (with one, the odd entry could land back in the full chunk).
+            Some((start, len)) if len + 2 <= cap => self.redistribute(start, 2, 2),
+            _ => {
+                let start = if left.is_some() { i - 1 } else { i };
+                let n = 1 + left.is_some() as u64 + right.is_some() as u64;
+                self.redistribute(start, n, n + 1);
+            }
+        }
+    }
+
+    /// Restores the fill floor of chunk `i`, which now holds `len` keys.
+    fn fix_underflow(&mut self, i: u64, len: usize) {
+        let count = self.chunk_count();
+        if count == 1 {
+            if len == 0 {
+                self.root = None;
+            }
+            return;
+        }
+        let left = (i > 0).then(|| self.chunk_len(i - 1));
+        let right = (i + 1 < count).then(|| self.chunk_len(i + 1));
+        let (start, nb) = match (left, right) {
+            (Some(l), Some(r)) if r > l => (i, r),
+            (Some(l), _) => (i - 1, l),
+            (None, Some(r)) => (i, r),
+            (None, None) => return,
+        };
+        if nb > self.min_fill() {
+            self.redistribute(start, 2, 2);
+        } else {
+            self.redistribute(start, 2, 1);
+        }
+    }
+
+    /// Spreads the entries of chunks `start..start + from` evenly over `to` chunks.
+    fn redistribute(&mut self, start: u64, from: u64, to: u64) {
+        let Some(root) = self.root.as_mut() else { return };
+        let mut entries = Vec::new();
+        for i in start..start + from {
+            let (c, _) = root.chunk_at(i);
+            entries.extend((0..c.len()).map(|j| c.entry(j)));
+        }
+        let total = entries.len();
+        let mut it = entries.into_iter();
+        let mut parts = Vec::with_capacity(to as usize);
+        for k in 0..to as usize {
+            let size = total / to as usize + usize::from(k < total % to as usize);
+            parts.push(Chunk::from_entries(it.by_ref().take(size)));
+        }
+        let mut parts = parts.into_iter();
+        for i in start..start + from.min(to) {
+            let Some(part) = parts.next() else { break };
+            root.update_chunk(i, |c| *c = part);
+        }
+        for (k, part) in parts.enumerate() {
+            root.insert_chunk_after(start + from + k as u64 - 1, part);
+        }
+        for _ in to..from {
+            root.remove_chunk(start + to);
+        }
+    }
+
+    /// Rehashes what changed and returns the root commitment.
+    pub fn root_hash(&mut self) -> Digest {
+        let top = self.root.as_mut().map_or(EMPTY_TOP, |r| r.rehash::<H>());
+        root_hash::<H>(self.capacity, &top)
+    }
+
+    /// Rehashes what changed and returns an immutable view of this state: O(1) besides
+    /// the rehash, shares every node with the tree.
+    pub fn snapshot(&mut self) -> Snapshot<H> {
+        let root_hash = self.root_hash();
+        Snapshot { root: self.root.clone(), capacity: self.capacity, root_hash, _h: PhantomData }
+    }
+
+    /// Checks every invariant of the structure and of the cached hashes.
+    pub fn check(&self) -> Result<(), String> {
+        match &self.root {
+            None => Ok(()),
+            Some(Node::Chunk(c)) if c.len() > 0 => Node::Chunk(c.clone()).check::<H>(self.capacity as usize, 1),
+            Some(r) => r.check::<H>(self.capacity as usize, self.min_fill()),
+        }
+    }
+
+    /// Chunk count and key count, and the payload bytes (keys plus values).
+    pub fn stats(&self) -> TreeStats {
+        let mut s = TreeStats {
+            keys: self.len(),
+            chunks: self.chunk_count(),
+            capacity: self.capacity,
+            height: self.root.as_ref().map_or(0, Node::height),
+            payload_bytes: 0,
+        };
+        if let Some(r) = &self.root {
+            for i in 0..s.chunks {
+                s.payload_bytes += r.chunk_at(i).0.payload_bytes() as u64;
+            }
+        }
+        s
+    }
+}
+
+/// Sizes of a tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeStats {
+    pub keys: u64,
+    pub chunks: u64,
+    pub capacity: u32,
+    /// Height of the AVL tree over chunks (0 for one chunk).
+    pub height: u8,
+    pub payload_bytes: u64,
+}
+
+impl TreeStats {
+    /// Chunks over the fewest chunks that could hold the keys: 1.0 is perfect.
+    pub fn space_efficiency(&self) -> f64 {
+        if self.keys == 0 {
+            return 1.0;
+        }
+        self.chunks as f64 / self.keys.div_ceil(self.capacity as u64) as f64
+    }
+}
+
+/// The hot path of `insert`: one descent; reports a full chunk instead of splitting.
+fn put(node: &mut Node, key: &[u8], value: &Value, cap: usize, index: u64) -> Put {
+    match node {
+        Node::Chunk(c) => match c.search(key) {
+            Ok(pos) => Put::Done(Some(Arc::make_mut(c).set_value(pos, value.clone()))),
+            Err(_) if c.len() >= cap => Put::Full(index),
+            Err(pos) => {
+                Arc::make_mut(c).insert_at(pos, key, value.clone());
+                Put::Done(None)
+            }
+        },
+        Node::Inner(x) => {
+            let go_left = key < &*x.sep;
+            let lc = x.left.chunk_count();
+            let x = Arc::make_mut(x);
+            let r = if go_left {
+                put(&mut x.left, key, value, cap, index)
+            } else {
+                put(&mut x.right, key, value, cap, index + lc)
+            };
+            if let Put::Done(None) = r {
+                x.key_count += 1;
+            }
+            x.hash = None;
+            r
+        }
+    }
+}
+
+/// An immutable version of a tree: cheap to clone, safe to share between threads.
+pub struct Snapshot<H: Hasher = Sha256> {
+    pub(crate) root: Option<Node>,
+    pub(crate) capacity: u32,
+    root_hash: Digest,
+    _h: PhantomData<H>,
+}
+
+impl<H: Hasher> Clone for Snapshot<H> {
+    fn clone(&self) -> Self {
+        Snapshot { root: self.root.clone(), capacity: self.capacity, root_hash: self.root_hash, _h: PhantomData }
+    }
+}
+
+impl<H: Hasher> Snapshot<H> {
+    /// The root commitment of this version.
+    pub fn root_hash(&self) -> Digest {
+        self.root_hash
+    }
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+    pub fn len(&self) -> u64 {
+        self.root.as_ref().map_or(0, Node::key_count)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.root.is_none()
+    }
+    pub fn chunk_count(&self) -> u64 {
+        self.root.as_ref().map_or(0, Node::chunk_count)
+    }
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.view().get(key)
+    }
+    pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
+        self.view().range(lo, hi)
+    }
+    pub fn iter(&self) -> Iter<'_> {
+        self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+    pub(crate) fn view(&self) -> View<'_> {
+        View { root: self.root.as_ref(), capacity: self.capacity }
+    }
+    /// A working tree starting from this version (O(1); copies on write).
+    pub fn to_tree(&self) -> Tree<H> {
+        Tree::from_root(self.root.clone(), self.capacity)
+    }
+}
+
+/// A read-only view shared by [`Tree`] and [`Snapshot`].
+#[derive(Clone, Copy)]
+pub(crate) struct View<'a> {
+    pub root: Option<&'a Node>,
+    pub capacity: u32,
+}
+
+impl<'a> View<'a> {
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&'a [u8]> {
+        let (c, _, _) = self.root?.find(key);
+        c.search(key).ok().map(|i| &**c.value(i))
+    }
+
+    /// Global index of the first key not below `lo`.
+    pub(crate) fn lower_index(&self, lo: Bound<&[u8]>) -> u64 {
+        let Some(root) = self.root else { return 0 };
+        match lo {
+            Bound::Unbounded => 0,
+            Bound::Included(k) | Bound::Excluded(k) => {
+                let (c, _, before) = root.find(k);
+                let i = match (c.search(k), lo) {
+                    (Ok(i), Bound::Excluded(_)) => i + 1,
+                    (Ok(i), _) | (Err(i), _) => i,
+                };
+                before + i as u64
+            }
+        }
+    }
+
+    pub(crate) fn range(&self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
+        let start = self.lower_index(lo);
+        let mut it = Iter { root: self.root, chunk: None, chunk_index: 0, pos: 0, hi };
+        if let Some(root) = self.root {
+            if start < root.key_count() {
+                let (c, index, before) = locate(root, start);
+                it.chunk = Some(c);
+                it.chunk_index = index;
+                it.pos = (start - before) as usize;
+            }
+        }
+        it
+    }
+}
+
+/// The chunk holding global key index `k`, its index and the keys before it.
+pub(crate) fn locate(root: &Node, mut k: u64) -> (&Chunk, u64, u64) {
+    let mut n = root;
+    let (mut index, mut before) = (0, 0);
+    loop {
+        match n {
+            Node::Inner(x) => {
+                let lk = x.left.key_count();
+                if k < lk {
+                    n = &x.left;
+                } else {
+                    k -= lk;
+                    before += lk;
+                    index += x.left.chunk_count();
+                    n = &x.right;
+                }
+            }
+            Node::Chunk(c) => return (c, index, before),
+        }
+    }
+}
+
+/// Iterator over entries in key order.
+pub struct Iter<'a> {
+    root: Option<&'a Node>,
+    chunk: Option<&'a Chunk>,
+    chunk_index: u64,
+    pos: usize,
+    hi: Bound<&'a [u8]>,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let c = self.chunk?;
+        let key = c.key(self.pos);
+        let inside = match self.hi {
+            Bound::Unbounded => true,
+            Bound::Included(h) => key <= h,
+            Bound::Excluded(h) => key < h,
+        };
+        if !inside {
+            self.chunk = None;
+            return None;
+        }
+        let item = (key, &**c.value(self.pos));
+        self.pos += 1;
+        if self.pos == c.len() {
+            self.pos = 0;
+            self.chunk_index += 1;
+            let root = self.root?;
+            self.chunk = (self.chunk_index < root.chunk_count()).then(|| root.chunk_at(self.chunk_index).0);
+        }
+        Some(item)
+    }
+}
