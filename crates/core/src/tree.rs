@@ -49,7 +49,7 @@ impl<H: Hasher> Clone for Tree<H> {
     }
 }
 
-impl<H: Hasher> Default for Tree<H> {
+impl Default for Tree<Sha256> {
     fn default() -> Self {
         Self::new()
     }
@@ -73,15 +73,22 @@ fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
     Ok(())
 }
 
-impl<H: Hasher> Tree<H> {
-    /// An empty tree with the default chunk capacity.
+impl Tree<Sha256> {
+    /// An empty SHA-256 tree with the default chunk capacity.
     pub fn new() -> Self {
         Tree { root: None, capacity: DEFAULT_CAPACITY, _h: PhantomData }
     }
 
-    /// An empty tree whose chunks hold up to `capacity` keys
+    /// An empty SHA-256 tree whose chunks hold up to `capacity` keys
     /// ([`MIN_CAPACITY`]..=[`MAX_CAPACITY`]).
     pub fn with_capacity(capacity: u32) -> Result<Self, InputError> {
+        Self::with_capacity_and_hasher(capacity)
+    }
+}
+
+impl<H: Hasher> Tree<H> {
+    /// An empty tree with hash function `H` and chunk capacity `capacity`.
+    pub fn with_capacity_and_hasher(capacity: u32) -> Result<Self, InputError> {
         if !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
             return Err(InputError::Capacity(capacity));
         }
