@@ -56,7 +56,10 @@ pub(crate) fn split_point(n: usize) -> usize {
 
 impl Chunk {
     pub(crate) fn new() -> Self {
-        Chunk { koff: vec![0], ..Default::default() }
+        Chunk {
+            koff: vec![0],
+            ..Default::default()
+        }
     }
 
     /// Builds a chunk from entries already in key order.
@@ -117,7 +120,11 @@ impl Chunk {
 
     /// Copies entry `i` out, for moving it to another chunk.
     pub(crate) fn entry(&self, i: usize) -> Entry {
-        Entry { key: self.key(i).into(), value: self.values[i].clone(), leaf: self.leaves[i] }
+        Entry {
+            key: self.key(i).into(),
+            value: self.values[i].clone(),
+            leaf: self.leaves[i],
+        }
     }
 
     pub(crate) fn set_value(&mut self, i: usize, value: Value) -> Value {
@@ -132,7 +139,8 @@ impl Chunk {
     pub(crate) fn insert_at(&mut self, i: usize, key: &[u8], value: Value) {
         let at = self.koff[i];
         let len = key.len() as u32;
-        self.kbuf.splice(at as usize..at as usize, key.iter().copied());
+        self.kbuf
+            .splice(at as usize..at as usize, key.iter().copied());
         self.koff.insert(i + 1, at + len);
         for o in &mut self.koff[i + 2..] {
             *o += len;
@@ -279,8 +287,9 @@ mod tests {
     }
 
     fn fresh_root(c: &Chunk) -> Digest {
-        let leaves: Vec<_> =
-            (0..c.len()).map(|i| leaf_hash_of::<Sha256>(c.key(i), c.value(i))).collect();
+        let leaves: Vec<_> = (0..c.len())
+            .map(|i| leaf_hash_of::<Sha256>(c.key(i), c.value(i)))
+            .collect();
         chunk_hash::<Sha256>(c.len() as u32, &reference(&leaves))
     }
 

@@ -46,7 +46,15 @@ impl Node {
     }
 
     pub(crate) fn join(sep: Box<[u8]>, left: Node, right: Node) -> Node {
-        let mut i = Inner { height: 0, key_count: 0, chunk_count: 0, sep, left, right, hash: None };
+        let mut i = Inner {
+            height: 0,
+            key_count: 0,
+            chunk_count: 0,
+            sep,
+            left,
+            right,
+            hash: None,
+        };
         i.fix();
         Node::Inner(Arc::new(i))
     }
@@ -140,7 +148,11 @@ impl Node {
         match self {
             Node::Chunk(c) => {
                 let c = Arc::make_mut(c);
-                let before: Box<[u8]> = if c.len() > 0 { c.first_key().into() } else { Box::default() };
+                let before: Box<[u8]> = if c.len() > 0 {
+                    c.first_key().into()
+                } else {
+                    Box::default()
+                };
                 let r = f(c);
                 let changed = c.len() == 0 || *before != *c.first_key();
                 (changed, r)
@@ -241,9 +253,13 @@ impl Node {
     }
 
     fn rotate_right(&mut self) {
-        let Node::Inner(mut x) = self.take() else { return };
+        let Node::Inner(mut x) = self.take() else {
+            return;
+        };
         let xm = Arc::make_mut(&mut x);
-        let Node::Inner(mut l) = xm.left.take() else { return };
+        let Node::Inner(mut l) = xm.left.take() else {
+            return;
+        };
         let lm = Arc::make_mut(&mut l);
         xm.left = lm.right.take();
         xm.fix();
@@ -253,9 +269,13 @@ impl Node {
     }
 
     fn rotate_left(&mut self) {
-        let Node::Inner(mut x) = self.take() else { return };
+        let Node::Inner(mut x) = self.take() else {
+            return;
+        };
         let xm = Arc::make_mut(&mut x);
-        let Node::Inner(mut r) = xm.right.take() else { return };
+        let Node::Inner(mut r) = xm.right.take() else {
+            return;
+        };
         let rm = Arc::make_mut(&mut r);
         xm.right = rm.left.take();
         xm.fix();
@@ -293,7 +313,10 @@ impl Node {
                     return Err(format!("chunk of {} keys (capacity {capacity})", c.len()));
                 }
                 if c.len() < min_fill {
-                    return Err(format!("chunk of {} keys below the fill floor {min_fill}", c.len()));
+                    return Err(format!(
+                        "chunk of {} keys below the fill floor {min_fill}",
+                        c.len()
+                    ));
                 }
                 c.check::<H>()
             }

@@ -16,8 +16,8 @@ use crate::chunk::{split_point, Chunk};
 use crate::codec::{put_bytes, put_varint, Reader};
 use crate::error::{DecodeError, InputError, ProofError};
 use crate::hash::{
-    chunk_hash, chunk_node_hash, inner_hash, leaf_hash, leaf_hash_of, root_hash, value_hash, Digest,
-    Hasher, EMPTY_TOP, FORMAT_VERSION,
+    chunk_hash, chunk_node_hash, inner_hash, leaf_hash, leaf_hash_of, root_hash, value_hash,
+    Digest, Hasher, EMPTY_TOP, FORMAT_VERSION,
 };
 use crate::node::Node;
 use crate::tree::{Snapshot, View};
@@ -57,15 +57,16 @@ impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
     fn node(&mut self, node: &Node, offset: u64) {
         let kc = node.key_count();
         if offset + kc <= self.lo || offset >= self.hi {
-            self.out.extend_from_slice(&[T_PRUNED, node.height()]);
+            self.out.push(T_PRUNED);
             put_varint(&mut self.out, kc);
             put_varint(&mut self.out, node.chunk_count());
-            self.out.extend_from_slice(&node.cached_hash().unwrap_or_default());
+            self.out
+                .extend_from_slice(&node.cached_hash().unwrap_or_default());
             return;
         }
         match node {
             Node::Inner(x) => {
-                self.out.push(T_INNER);
+                self.out.extend_from_slice(&[T_INNER, x.height]);
                 self.node(&x.left, offset);
                 self.node(&x.right, offset + x.left.key_count());
             }
@@ -107,10 +108,22 @@ impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
     }
 }
 
-fn emit<H: Hasher>(view: View<'_>, proof_kind: u8, lo: u64, hi: u64, kind: impl Fn(u64) -> LeafKind) -> Vec<u8> {
+fn emit<H: Hasher>(
+    view: View<'_>,
+    proof_kind: u8,
+    lo: u64,
+    hi: u64,
+    kind: impl Fn(u64) -> LeafKind,
+) -> Vec<u8> {
     let mut out = vec![FORMAT_VERSION, proof_kind];
     put_varint(&mut out, u64::from(view.capacity));
-    let mut em = Emitter::<H, _> { out, lo, hi, kind, _v: Default::default() };
+    let mut em = Emitter::<H, _> {
+        out,
+        lo,
+        hi,
+        kind,
+        _v: Default::default(),
+    };
     match view.root {
         None => em.out.push(T_EMPTY),
         Some(root) => em.node(root, 0),
@@ -148,7 +161,9 @@ impl<H: Hasher> Snapshot<H> {
         let view = self.view();
         let (c, _, before) = view.root?.find(key);
         let i = before + c.search(key).ok()? as u64;
-        Some(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| LeafKind::Subject))
+        Some(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| {
+            LeafKind::Subject
+        }))
     }
 
     /// A proof that `key` is absent; `None` if present.
@@ -156,7 +171,8 @@ impl<H: Hasher> Snapshot<H> {
         if self.get(key).is_some() {
             return None;
         }
-        self.prove_range(Bound::Included(key), Bound::Included(key)).ok()
+        self.prove_range(Bound::Included(key), Bound::Included(key))
+            .ok()
     }
 
     /// A proof of every entry with a key within the bounds, nothing omitted.
@@ -192,7 +208,13 @@ impl<H: Hasher> Snapshot<H> {
             return None;
         }
         let (c, before) = root.chunk_at(i);
-        Some(emit::<H>(view, kind::CHUNK, before, before + c.len() as u64, |_| LeafKind::Value))
+        Some(emit::<H>(
+            view,
+            kind::CHUNK,
+            before,
+            before + c.len() as u64,
+            |_| LeafKind::Value,
+        ))
     }
 }
 
@@ -263,7 +285,6 @@ struct Leaf<'a> {
 
 struct Info {
     hash: Digest,
-    height: u8,
     kc: u64,
     cc: u64,
     expanded: bool,
@@ -301,54 +322,74 @@ impl<'a, H: Hasher> Walk<'a, H> {
             T_PRUNED => self.pruned(),
             T_CHUNK => self.chunk(),
             T_INNER => {
+                let hat = self.r.position();
+                let height = self.r.u8()?;
+                if height == 0 || height > MAX_HEIGHT {
+                    let value = height.into();
+                    return Err(DecodeError::OutOfRange {
+                        what: "height",
+                        value,
+                        at: hat,
+                    }
+                    .into());
+                }
                 let l = self.node(depth + 1)?;
                 let r = self.node(depth + 1)?;
                 if !l.expanded && !r.expanded {
-                    return Err(ProofError::Structure("expanded node over two pruned subtrees"));
-                }
-                let height = l.height.max(r.height) + 1;
-                if height > MAX_HEIGHT {
-                    return Err(DecodeError::TooDeep { at }.into());
+                    return Err(ProofError::Structure(
+                        "expanded node over two pruned subtrees",
+                    ));
                 }
                 let (Some(kc), Some(cc)) = (l.kc.checked_add(r.kc), l.cc.checked_add(r.cc)) else {
-                    return Err(DecodeError::OutOfRange { what: "key count", value: u64::MAX, at }.into());
+                    return Err(DecodeError::OutOfRange {
+                        what: "key count",
+                        value: u64::MAX,
+                        at,
+                    }
+                    .into());
                 };
                 if r.pending {
                     self.key_height = Some(height);
                 }
                 Ok(Info {
                     hash: inner_hash::<H>(height, kc, cc, &l.hash, &r.hash),
-                    height,
                     kc,
                     cc,
                     expanded: true,
                     pending: l.pending,
                 })
             }
-            tag => Err(DecodeError::BadTag { what: "node", tag, at }.into()),
+            tag => Err(DecodeError::BadTag {
+                what: "node",
+                tag,
+                at,
+            }
+            .into()),
         }
     }
 
     fn pruned(&mut self) -> Result<Info, ProofError> {
         let at = self.r.position();
-        let height = self.r.u8()?;
-        if height > MAX_HEIGHT {
-            return Err(DecodeError::OutOfRange { what: "height", value: height.into(), at }.into());
-        }
-        // Counts are bounded so that sums over a whole proof cannot overflow.
         let kc = self.r.varint_in(1, u64::MAX >> 16, "key count")?;
-        let cc = if height == 0 {
-            self.r.varint_in(1, 1, "chunk count")?
-        } else {
-            self.r.varint_in(2, kc, "chunk count")?
-        };
-        if height == 0 && kc > self.capacity {
-            return Err(DecodeError::OutOfRange { what: "key count", value: kc, at }.into());
+        let cc = self.r.varint_in(1, kc, "chunk count")?;
+        if cc == 1 && kc > self.capacity {
+            return Err(DecodeError::OutOfRange {
+                what: "key count",
+                value: kc,
+                at,
+            }
+            .into());
         }
         let hash = self.r.digest()?;
         self.keys_before = self.keys_before.saturating_add(kc);
         self.chunks_before = self.chunks_before.saturating_add(cc);
-        Ok(Info { hash, height, kc, cc, expanded: false, pending: false })
+        Ok(Info {
+            hash,
+            kc,
+            cc,
+            expanded: false,
+            pending: false,
+        })
     }
 
     fn chunk(&mut self) -> Result<Info, ProofError> {
@@ -376,13 +417,31 @@ impl<'a, H: Hasher> Walk<'a, H> {
         } else {
             chunk_hash::<H>(m as u32, &self.in_chunk(0, m, p, p + q, offset)?)
         };
-        self.chunks.push(ExpandedChunk { index: self.chunks_before, keys_before: offset, full, chunk: built });
+        self.chunks.push(ExpandedChunk {
+            index: self.chunks_before,
+            keys_before: offset,
+            full,
+            chunk: built,
+        });
         self.keys_before += m as u64;
         self.chunks_before += 1;
-        Ok(Info { hash: root, height: 0, kc: m as u64, cc: 1, expanded: true, pending: true })
+        Ok(Info {
+            hash: root,
+            kc: m as u64,
+            cc: 1,
+            expanded: true,
+            pending: true,
+        })
     }
 
-    fn in_chunk(&mut self, a: usize, b: usize, p: usize, e: usize, offset: u64) -> Result<Digest, ProofError> {
+    fn in_chunk(
+        &mut self,
+        a: usize,
+        b: usize,
+        p: usize,
+        e: usize,
+        offset: u64,
+    ) -> Result<Digest, ProofError> {
         if b <= p || a >= e {
             return Ok(self.r.digest()?);
         }
@@ -399,7 +458,12 @@ impl<'a, H: Hasher> Walk<'a, H> {
         let at = self.r.position();
         match self.r.u8()? {
             t @ (L_HASH | L_VALUE | L_SUBJECT) => Ok(t),
-            tag => Err(DecodeError::BadTag { what: "leaf", tag, at }.into()),
+            tag => Err(DecodeError::BadTag {
+                what: "leaf",
+                tag,
+                at,
+            }
+            .into()),
         }
     }
 
@@ -407,7 +471,12 @@ impl<'a, H: Hasher> Walk<'a, H> {
         let at = self.r.position();
         let k = self.r.bytes(MAX_KEY_LEN, "key length")?;
         if k.is_empty() {
-            return Err(DecodeError::OutOfRange { what: "key length", value: 0, at }.into());
+            return Err(DecodeError::OutOfRange {
+                what: "key length",
+                value: 0,
+                at,
+            }
+            .into());
         }
         Ok(k)
     }
@@ -436,7 +505,12 @@ impl<'a, H: Hasher> Walk<'a, H> {
                 (key, Some(value), leaf_hash_of::<H>(key, value))
             }
         };
-        self.leaves.push(Leaf { index, key, value, kind });
+        self.leaves.push(Leaf {
+            index,
+            key,
+            value,
+            kind,
+        });
         Ok(hash)
     }
 }
@@ -462,7 +536,11 @@ fn walk<'a, H: Hasher>(
     let mut r = Reader::new(bytes);
     let version = r.u8()?;
     if version != FORMAT_VERSION {
-        return Err(DecodeError::Version { found: version, expected: FORMAT_VERSION }.into());
+        return Err(DecodeError::Version {
+            found: version,
+            expected: FORMAT_VERSION,
+        }
+        .into());
     }
     let found = r.u8()?;
     if found != expected_kind {
@@ -522,9 +600,14 @@ pub fn verify_membership<H: Hasher>(
 ) -> Result<VerifiedMembership, ProofError> {
     let w = walk::<H>(root, kind::MEMBERSHIP, proof, Some((key, value)), false)?;
     if w.leaves.len() != 1 || !w.subject_used {
-        return Err(ProofError::Structure("a membership proof expands exactly its subject"));
+        return Err(ProofError::Structure(
+            "a membership proof expands exactly its subject",
+        ));
     }
-    Ok(VerifiedMembership { index: w.leaves[0].index, key_count: w.key_count })
+    Ok(VerifiedMembership {
+        index: w.leaves[0].index,
+        key_count: w.key_count,
+    })
 }
 
 /// Verifies a range proof and returns every entry within `lo..hi` (bounds as given).
@@ -541,7 +624,10 @@ pub fn verify_range<H: Hasher>(
     let leaves = &w.leaves;
     let n = w.key_count;
     if n == 0 {
-        return Ok(VerifiedRange { entries: Vec::new(), key_count: 0 });
+        return Ok(VerifiedRange {
+            entries: Vec::new(),
+            key_count: 0,
+        });
     }
     let (Some(first), Some(last)) = (leaves.first(), leaves.last()) else {
         return Err(ProofError::Structure("no leaves"));
@@ -554,7 +640,8 @@ pub fn verify_range<H: Hasher>(
             return Err(ProofError::Structure("keys out of order"));
         }
     }
-    if !(first.index == 0 || below(first.key, lo)) || !(last.index == n - 1 || above(last.key, hi)) {
+    if !(first.index == 0 || below(first.key, lo)) || !(last.index == n - 1 || above(last.key, hi))
+    {
         return Err(ProofError::Structure("range not covered to its bounds"));
     }
     let len = leaves.len();
@@ -567,33 +654,57 @@ pub fn verify_range<H: Hasher>(
         match (inside, leaf.kind, leaf.value) {
             (true, L_VALUE, Some(v)) => entries.push((leaf.key.to_vec(), v.to_vec())),
             (false, L_HASH, None) => {}
-            _ => return Err(ProofError::Structure("leaf carries the wrong content for its place")),
+            _ => {
+                return Err(ProofError::Structure(
+                    "leaf carries the wrong content for its place",
+                ))
+            }
         }
     }
-    Ok(VerifiedRange { entries, key_count: n })
+    Ok(VerifiedRange {
+        entries,
+        key_count: n,
+    })
 }
 
 /// Verifies that `key` is absent from the tree with root `root`.
-pub fn verify_absence<H: Hasher>(root: &Digest, key: &[u8], proof: &[u8]) -> Result<VerifiedAbsence, ProofError> {
+pub fn verify_absence<H: Hasher>(
+    root: &Digest,
+    key: &[u8],
+    proof: &[u8],
+) -> Result<VerifiedAbsence, ProofError> {
     let r = verify_range::<H>(root, Bound::Included(key), Bound::Included(key), proof)?;
     if !r.entries.is_empty() {
         return Err(ProofError::Structure("the key is present"));
     }
-    Ok(VerifiedAbsence { key_count: r.key_count })
+    Ok(VerifiedAbsence {
+        key_count: r.key_count,
+    })
 }
 
 /// Verifies exported chunk bytes as chunk `index` of the tree with root `root`.
-pub fn verify_chunk<H: Hasher>(root: &Digest, index: u64, bytes: &[u8]) -> Result<VerifiedChunk, ProofError> {
+pub fn verify_chunk<H: Hasher>(
+    root: &Digest,
+    index: u64,
+    bytes: &[u8],
+) -> Result<VerifiedChunk, ProofError> {
     let w = walk::<H>(root, kind::CHUNK, bytes, None, true)?;
     let mut chunks = w.chunks;
     let (Some(c), true) = (chunks.pop(), chunks.is_empty()) else {
-        return Err(ProofError::Structure("a chunk proof expands exactly one chunk"));
+        return Err(ProofError::Structure(
+            "a chunk proof expands exactly one chunk",
+        ));
     };
     let (true, Some(chunk), Some(key_height)) = (c.full, c.chunk, w.key_height) else {
-        return Err(ProofError::Structure("a chunk proof expands every entry of its chunk"));
+        return Err(ProofError::Structure(
+            "a chunk proof expands every entry of its chunk",
+        ));
     };
     if c.index != index {
-        return Err(ProofError::WrongIndex { expected: index, found: c.index });
+        return Err(ProofError::WrongIndex {
+            expected: index,
+            found: c.index,
+        });
     }
     Ok(VerifiedChunk {
         index,

@@ -37,7 +37,13 @@ pub struct Progress {
 impl<H: Hasher> Restore<H> {
     /// Starts a restore of the tree whose root commitment is `root`.
     pub fn new(root: Digest) -> Self {
-        Restore { root, shape: None, chunks: Vec::new(), received: 0, _h: PhantomData }
+        Restore {
+            root,
+            shape: None,
+            chunks: Vec::new(),
+            received: 0,
+            _h: PhantomData,
+        }
     }
 
     /// The trusted root.
@@ -76,7 +82,9 @@ impl<H: Hasher> Restore<H> {
                 self.chunks = vec![None; count as usize];
             }
             Some((c, cap)) if c != count || cap != chunk.capacity => {
-                return Err(RestoreError::Inconsistent("chunk count or capacity differs between chunks"));
+                return Err(RestoreError::Inconsistent(
+                    "chunk count or capacity differs between chunks",
+                ));
             }
             Some(_) => {}
         }
@@ -86,12 +94,19 @@ impl<H: Hasher> Restore<H> {
         }
         *slot = Some(chunk);
         self.received += 1;
-        Ok(Progress { received: self.received, total: count })
+        Ok(Progress {
+            received: self.received,
+            total: count,
+        })
     }
 
     /// Indices not yet received (all of them are unknown until the first chunk arrives).
     pub fn missing(&self) -> impl Iterator<Item = u64> + '_ {
-        self.chunks.iter().enumerate().filter(|(_, c)| c.is_none()).map(|(i, _)| i as u64)
+        self.chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_none())
+            .map(|(i, _)| i as u64)
     }
 
     /// Whether every chunk has arrived.
@@ -114,7 +129,11 @@ impl<H: Hasher> Restore<H> {
         };
         if self.received != count {
             let first = self.missing().next().unwrap_or(0);
-            return Err(RestoreError::Missing { missing: count - self.received, count, first });
+            return Err(RestoreError::Missing {
+                missing: count - self.received,
+                count,
+                first,
+            });
         }
         let mut spine: Vec<(u8, Box<[u8]>, Node)> = Vec::new();
         let mut cur: Option<Node> = None;
@@ -129,14 +148,20 @@ impl<H: Hasher> Restore<H> {
                 continue;
             };
             if h == 0 {
-                return Err(RestoreError::Inconsistent("a chunk after the first has no key-height"));
+                return Err(RestoreError::Inconsistent(
+                    "a chunk after the first has no key-height",
+                ));
             }
             while spine.last().is_some_and(|(sh, _, _)| *sh < h) {
-                let Some((sh, sep, left)) = spine.pop() else { break };
+                let Some((sh, sep, left)) = spine.pop() else {
+                    break;
+                };
                 c = join_checked(sh, sep, left, c)?;
             }
             if spine.last().is_some_and(|(sh, _, _)| *sh == h) {
-                return Err(RestoreError::Inconsistent("two adjacent separators at one height"));
+                return Err(RestoreError::Inconsistent(
+                    "two adjacent separators at one height",
+                ));
             }
             let sep: Box<[u8]> = node.first_key().into();
             spine.push((h, sep, c));
@@ -148,7 +173,9 @@ impl<H: Hasher> Restore<H> {
         }
         let mut tree = Tree::from_root(Some(c), capacity);
         if tree.root_hash() != self.root {
-            return Err(RestoreError::Inconsistent("rebuilt root differs from the trusted root"));
+            return Err(RestoreError::Inconsistent(
+                "rebuilt root differs from the trusted root",
+            ));
         }
         Ok(tree)
     }
@@ -156,11 +183,15 @@ impl<H: Hasher> Restore<H> {
 
 fn join_checked(height: u8, sep: Box<[u8]>, left: Node, right: Node) -> Result<Node, RestoreError> {
     if left.height().abs_diff(right.height()) > 1 {
-        return Err(RestoreError::Inconsistent("key-heights do not give a balanced tree"));
+        return Err(RestoreError::Inconsistent(
+            "key-heights do not give a balanced tree",
+        ));
     }
     let node = Node::join(sep, left, right);
     if node.height() != height {
-        return Err(RestoreError::Inconsistent("key-heights do not match the rebuilt heights"));
+        return Err(RestoreError::Inconsistent(
+            "key-heights do not match the rebuilt heights",
+        ));
     }
     Ok(node)
 }

@@ -45,7 +45,11 @@ pub struct Tree<H: Hasher = Sha256> {
 
 impl<H: Hasher> Clone for Tree<H> {
     fn clone(&self) -> Self {
-        Tree { root: self.root.clone(), capacity: self.capacity, _h: PhantomData }
+        Tree {
+            root: self.root.clone(),
+            capacity: self.capacity,
+            _h: PhantomData,
+        }
     }
 }
 
@@ -65,10 +69,16 @@ fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
         return Err(InputError::EmptyKey);
     }
     if key.len() > MAX_KEY_LEN {
-        return Err(InputError::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
+        return Err(InputError::KeyTooLong {
+            len: key.len(),
+            max: MAX_KEY_LEN,
+        });
     }
     if value.len() > MAX_VALUE_LEN {
-        return Err(InputError::ValueTooLong { len: value.len(), max: MAX_VALUE_LEN });
+        return Err(InputError::ValueTooLong {
+            len: value.len(),
+            max: MAX_VALUE_LEN,
+        });
     }
     Ok(())
 }
@@ -76,7 +86,11 @@ fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
 impl Tree<Sha256> {
     /// An empty SHA-256 tree with the default chunk capacity.
     pub fn new() -> Self {
-        Tree { root: None, capacity: DEFAULT_CAPACITY, _h: PhantomData }
+        Tree {
+            root: None,
+            capacity: DEFAULT_CAPACITY,
+            _h: PhantomData,
+        }
     }
 
     /// An empty SHA-256 tree whose chunks hold up to `capacity` keys
@@ -92,11 +106,19 @@ impl<H: Hasher> Tree<H> {
         if !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
             return Err(InputError::Capacity(capacity));
         }
-        Ok(Tree { root: None, capacity, _h: PhantomData })
+        Ok(Tree {
+            root: None,
+            capacity,
+            _h: PhantomData,
+        })
     }
 
     pub(crate) fn from_root(root: Option<Node>, capacity: u32) -> Self {
-        Tree { root, capacity, _h: PhantomData }
+        Tree {
+            root,
+            capacity,
+            _h: PhantomData,
+        }
     }
 
     /// The chunk capacity chosen at creation.
@@ -139,7 +161,10 @@ impl<H: Hasher> Tree<H> {
     }
 
     pub(crate) fn view(&self) -> View<'_> {
-        View { root: self.root.as_ref(), capacity: self.capacity }
+        View {
+            root: self.root.as_ref(),
+            capacity: self.capacity,
+        }
     }
 
     /// Inserts or replaces; returns the previous value. A refused key or value leaves the
@@ -233,7 +258,9 @@ impl<H: Hasher> Tree<H> {
 
     /// Spreads the entries of chunks `start..start + from` evenly over `to` chunks.
     fn redistribute(&mut self, start: u64, from: u64, to: u64) {
-        let Some(root) = self.root.as_mut() else { return };
+        let Some(root) = self.root.as_mut() else {
+            return;
+        };
         let mut entries = Vec::new();
         for i in start..start + from {
             let (c, _) = root.chunk_at(i);
@@ -269,14 +296,21 @@ impl<H: Hasher> Tree<H> {
     /// the rehash, shares every node with the tree.
     pub fn snapshot(&mut self) -> Snapshot<H> {
         let root_hash = self.root_hash();
-        Snapshot { root: self.root.clone(), capacity: self.capacity, root_hash, _h: PhantomData }
+        Snapshot {
+            root: self.root.clone(),
+            capacity: self.capacity,
+            root_hash,
+            _h: PhantomData,
+        }
     }
 
     /// Checks every invariant of the structure and of the cached hashes.
     pub fn check(&self) -> Result<(), String> {
         match &self.root {
             None => Ok(()),
-            Some(Node::Chunk(c)) if c.len() > 0 => Node::Chunk(c.clone()).check::<H>(self.capacity as usize, 1),
+            Some(Node::Chunk(c)) if c.len() > 0 => {
+                Node::Chunk(c.clone()).check::<H>(self.capacity as usize, 1)
+            }
             Some(r) => r.check::<H>(self.capacity as usize, self.min_fill()),
         }
     }
@@ -359,7 +393,12 @@ pub struct Snapshot<H: Hasher = Sha256> {
 
 impl<H: Hasher> Clone for Snapshot<H> {
     fn clone(&self) -> Self {
-        Snapshot { root: self.root.clone(), capacity: self.capacity, root_hash: self.root_hash, _h: PhantomData }
+        Snapshot {
+            root: self.root.clone(),
+            capacity: self.capacity,
+            root_hash: self.root_hash,
+            _h: PhantomData,
+        }
     }
 }
 
@@ -390,7 +429,10 @@ impl<H: Hasher> Snapshot<H> {
         self.range(Bound::Unbounded, Bound::Unbounded)
     }
     pub(crate) fn view(&self) -> View<'_> {
-        View { root: self.root.as_ref(), capacity: self.capacity }
+        View {
+            root: self.root.as_ref(),
+            capacity: self.capacity,
+        }
     }
     /// A working tree starting from this version (O(1); copies on write).
     pub fn to_tree(&self) -> Tree<H> {
@@ -429,7 +471,13 @@ impl<'a> View<'a> {
 
     pub(crate) fn range(&self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
         let start = self.lower_index(lo);
-        let mut it = Iter { root: self.root, chunk: None, chunk_index: 0, pos: 0, hi };
+        let mut it = Iter {
+            root: self.root,
+            chunk: None,
+            chunk_index: 0,
+            pos: 0,
+            hi,
+        };
         if let Some(root) = self.root {
             if start < root.key_count() {
                 let (c, index, before) = locate(root, start);
@@ -494,7 +542,8 @@ impl<'a> Iterator for Iter<'a> {
             self.pos = 0;
             self.chunk_index += 1;
             let root = self.root?;
-            self.chunk = (self.chunk_index < root.chunk_count()).then(|| root.chunk_at(self.chunk_index).0);
+            self.chunk =
+                (self.chunk_index < root.chunk_count()).then(|| root.chunk_at(self.chunk_index).0);
         }
         Some(item)
     }

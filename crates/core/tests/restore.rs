@@ -1,0 +1,179 @@
+//! Rebuilding from chunks: any arrival order gives the identical tree (same root, same
+//! future); duplicate, missing, foreign and out-of-range chunks are clear errors that
+//! leave the restore unchanged.
+
+use bavl_core::{ProofError, Restore, RestoreError, Sha256, Snapshot, Tree};
+use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
+
+fn build(capacity: u32, n: u32, seed: u64) -> Tree {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut tree: Tree = Tree::with_capacity(capacity).unwrap();
+    for _ in 0..n {
+        let k: [u8; 6] = rng.gen();
+        tree.insert(&k, &k[..rng.gen_range(0..6)]).unwrap();
+    }
+    tree
+}
+
+fn restore_shuffled(snap: &Snapshot, seed: u64) -> Tree {
+    let mut order: Vec<u64> = (0..snap.chunk_count()).collect();
+    order.shuffle(&mut SmallRng::seed_from_u64(seed));
+    let mut r = Restore::<Sha256>::new(snap.root_hash());
+    for (done, &i) in order.iter().enumerate() {
+        let p = r.add_chunk(i, &snap.export_chunk(i).unwrap()).unwrap();
+        assert_eq!(p.received, done as u64 + 1);
+        assert_eq!(p.total, snap.chunk_count());
+    }
+    assert!(r.is_complete());
+    r.finish(snap.capacity()).unwrap()
+}
+
+/// Applies the same random operations to both trees, comparing roots after each block.
+fn assert_same_future(a: &mut Tree, b: &mut Tree, seed: u64) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for _ in 0..20 {
+        for _ in 0..50 {
+            let k: [u8; 6] = rng.gen();
+            if rng.gen_bool(0.6) {
+                a.insert(&k, b"next").unwrap();
+                b.insert(&k, b"next").unwrap();
+            } else {
+                // Remove an existing key half the time.
+                let existing = a
+                    .iter()
+                    .nth(rng.gen_range(0..a.len().max(1)) as usize)
+                    .map(|(k, _)| k.to_vec());
+                let key = existing.filter(|_| rng.gen_bool(0.5)).unwrap_or(k.to_vec());
+                assert_eq!(a.remove(&key).is_some(), b.remove(&key).is_some());
+            }
+        }
+        assert_eq!(a.root_hash(), b.root_hash(), "futures diverged");
+        b.check().unwrap();
+    }
+}
+
+#[test]
+fn any_order_gives_the_identical_tree_and_future() {
+    for (cap, n) in [
+        (4, 1),
+        (4, 2),
+        (4, 500),
+        (5, 777),
+        (7, 300),
+        (64, 5000),
+        (1024, 3000),
+    ] {
+        let mut tree = build(cap, n, cap as u64 * 31 + n as u64);
+        let snap = tree.snapshot();
+        for seed in 0..3 {
+            let mut rebuilt = restore_shuffled(&snap, seed);
+            assert_eq!(rebuilt.root_hash(), snap.root_hash());
+            rebuilt.check().unwrap();
+            assert!(rebuilt.iter().eq(snap.iter()));
+            if seed == 0 {
+                assert_same_future(&mut tree.clone(), &mut rebuilt, n as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn empty_tree_restores_from_no_chunks() {
+    let mut empty: Tree = Tree::with_capacity(8).unwrap();
+    let r = Restore::<Sha256>::new(empty.root_hash());
+    let mut t = r.finish(8).unwrap();
+    assert_eq!(t.root_hash(), empty.root_hash());
+    // With the wrong capacity, the empty root does not match.
+    assert!(Restore::<Sha256>::new(empty.root_hash()).finish(9).is_err());
+}
+
+#[test]
+fn bad_chunks_are_clear_errors_that_change_nothing() {
+    let mut tree = build(4, 200, 1);
+    let snap = tree.snapshot();
+    let root = snap.root_hash();
+    let m = snap.chunk_count();
+    let mut r = Restore::<Sha256>::new(root);
+    r.add_chunk(3, &snap.export_chunk(3).unwrap()).unwrap();
+
+    // Duplicate.
+    assert_eq!(
+        r.add_chunk(3, &snap.export_chunk(3).unwrap()),
+        Err(RestoreError::Duplicate(3))
+    );
+    // Valid chunk, wrong index.
+    let e = r.add_chunk(4, &snap.export_chunk(5).unwrap()).unwrap_err();
+    assert!(matches!(
+        e,
+        RestoreError::Invalid {
+            index: 4,
+            source: ProofError::WrongIndex {
+                expected: 4,
+                found: 5
+            }
+        }
+    ));
+    // Out of range.
+    assert!(matches!(
+        r.add_chunk(m, &snap.export_chunk(0).unwrap()),
+        Err(RestoreError::OutOfRange { .. })
+    ));
+    // Another version of the same tree.
+    tree.insert(b"new key", b"v").unwrap();
+    let next = tree.snapshot();
+    let e = r.add_chunk(0, &next.export_chunk(0).unwrap()).unwrap_err();
+    assert!(matches!(
+        e,
+        RestoreError::Invalid {
+            source: ProofError::RootMismatch,
+            ..
+        }
+    ));
+    // Another tree altogether, truncated bytes, garbage.
+    let foreign = build(4, 200, 2).snapshot();
+    assert!(r.add_chunk(1, &foreign.export_chunk(1).unwrap()).is_err());
+    let good = snap.export_chunk(1).unwrap();
+    assert!(r.add_chunk(1, &good[..good.len() - 1]).is_err());
+    assert!(r.add_chunk(1, b"not a chunk").is_err());
+    assert!(r.add_chunk(1, &[]).is_err());
+
+    // None of that changed anything: one chunk held, the rest missing.
+    assert_eq!(r.missing().count() as u64, m - 1);
+    let mut partial = Restore::<Sha256>::new(root);
+    partial
+        .add_chunk(0, &snap.export_chunk(0).unwrap())
+        .unwrap();
+    assert!(
+        matches!(partial.finish(4), Err(RestoreError::Missing { missing, first: 1, .. }) if missing == m - 1)
+    );
+
+    // Finish the original restore properly.
+    for i in 0..m {
+        if i != 3 {
+            r.add_chunk(i, &snap.export_chunk(i).unwrap()).unwrap();
+        }
+    }
+    let mut t = r.finish(4).unwrap();
+    assert_eq!(t.root_hash(), root);
+}
+
+#[test]
+fn verified_chunks_report_their_place() {
+    let mut tree = build(5, 300, 9);
+    let snap = tree.snapshot();
+    let mut keys_before = 0;
+    for i in 0..snap.chunk_count() {
+        let c =
+            bavl_core::verify_chunk::<Sha256>(&snap.root_hash(), i, &snap.export_chunk(i).unwrap())
+                .unwrap();
+        assert_eq!(
+            (c.index, c.chunk_count, c.key_count),
+            (i, snap.chunk_count(), snap.len())
+        );
+        assert_eq!(c.keys_before, keys_before);
+        assert_eq!(c.key_height == 0, i == 0);
+        assert_eq!(c.capacity, 5);
+        keys_before += c.len() as u64;
+    }
+    assert_eq!(keys_before, snap.len());
+}
