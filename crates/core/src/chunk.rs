@@ -34,6 +34,9 @@ pub(crate) struct Chunk {
     kbuf: Vec<u8>,
     /// `koff.len() == len() + 1`; key `i` is `kbuf[koff[i]..koff[i + 1]]`.
     koff: Vec<u32>,
+    /// First eight bytes of each key, big-endian and zero-padded: most comparisons in a
+    /// binary search are decided here, without touching the key bytes.
+    prefixes: Vec<u64>,
     values: Vec<Value>,
     /// Leaf hashes; `None` when stale.
     leaves: Vec<Option<Digest>>,
@@ -47,6 +50,16 @@ pub(crate) struct Chunk {
     pub(crate) hash: Option<Digest>,
 }
 
+/// The first eight bytes of `key` as a big-endian integer, zero-padded. If two keys'
+/// prefixes differ, they order the keys the same way the keys order.
+#[inline]
+pub(crate) fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
 /// Largest power of two strictly below `n` (`n >= 2`).
 #[inline]
 pub(crate) fn split_point(n: usize) -> usize {
@@ -56,10 +69,7 @@ pub(crate) fn split_point(n: usize) -> usize {
 
 impl Chunk {
     pub(crate) fn new() -> Self {
-        Chunk {
-            koff: vec![0],
-            ..Default::default()
-        }
+        Chunk { koff: vec![0], ..Default::default() }
     }
 
     /// Builds a chunk from entries already in key order.
@@ -68,6 +78,7 @@ impl Chunk {
         for e in entries {
             c.kbuf.extend_from_slice(&e.key);
             c.koff.push(c.kbuf.len() as u32);
+            c.prefixes.push(key_prefix(&e.key));
             c.values.push(e.value);
             c.leaves.push(e.leaf);
         }
@@ -78,6 +89,7 @@ impl Chunk {
     pub(crate) fn push_verified(&mut self, key: &[u8], value: &[u8], leaf: Digest) {
         self.kbuf.extend_from_slice(key);
         self.koff.push(self.kbuf.len() as u32);
+        self.prefixes.push(key_prefix(key));
         self.values.push(Arc::from(value));
         self.leaves.push(Some(leaf));
         self.clean_prefix = 0;
@@ -107,9 +119,14 @@ impl Chunk {
     #[inline]
     pub(crate) fn search(&self, key: &[u8]) -> Result<usize, usize> {
         let (mut lo, mut hi) = (0, self.len());
+        let p = key_prefix(key);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.key(mid).cmp(key) {
+            let order = match self.prefixes[mid].cmp(&p) {
+                std::cmp::Ordering::Equal => self.key(mid).cmp(key),
+                o => o,
+            };
+            match order {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return Ok(mid),
@@ -120,11 +137,7 @@ impl Chunk {
 
     /// Copies entry `i` out, for moving it to another chunk.
     pub(crate) fn entry(&self, i: usize) -> Entry {
-        Entry {
-            key: self.key(i).into(),
-            value: self.values[i].clone(),
-            leaf: self.leaves[i],
-        }
+        Entry { key: self.key(i).into(), value: self.values[i].clone(), leaf: self.leaves[i] }
     }
 
     pub(crate) fn set_value(&mut self, i: usize, value: Value) -> Value {
@@ -139,12 +152,12 @@ impl Chunk {
     pub(crate) fn insert_at(&mut self, i: usize, key: &[u8], value: Value) {
         let at = self.koff[i];
         let len = key.len() as u32;
-        self.kbuf
-            .splice(at as usize..at as usize, key.iter().copied());
+        self.kbuf.splice(at as usize..at as usize, key.iter().copied());
         self.koff.insert(i + 1, at + len);
         for o in &mut self.koff[i + 2..] {
             *o += len;
         }
+        self.prefixes.insert(i, key_prefix(key));
         self.values.insert(i, value);
         self.leaves.insert(i, None);
         self.clean_prefix = self.clean_prefix.min(i);
@@ -159,9 +172,62 @@ impl Chunk {
             *o -= end - start;
         }
         self.leaves.remove(i);
+        self.prefixes.remove(i);
         self.clean_prefix = self.clean_prefix.min(i);
         self.hash = None;
         self.values.remove(i)
+    }
+
+    /// Removes the last `k` entries and returns them as a chunk. The entries kept keep
+    /// their cached hashes.
+    pub(crate) fn split_off_back(&mut self, k: usize) -> Chunk {
+        let at = self.len() - k;
+        let base = self.koff[at];
+        let moved = Chunk {
+            kbuf: self.kbuf.split_off(base as usize),
+            koff: self.koff[at..].iter().map(|o| o - base).collect(),
+            prefixes: self.prefixes.split_off(at),
+            values: self.values.split_off(at),
+            leaves: self.leaves.split_off(at),
+            ..Default::default()
+        };
+        self.koff.truncate(at + 1);
+        self.clean_prefix = self.clean_prefix.min(at);
+        self.hash = None;
+        moved
+    }
+
+    /// Removes the first `k` entries and returns them as a chunk. Positions shift, so the
+    /// entries kept are rehashed above the leaves.
+    pub(crate) fn split_off_front(&mut self, k: usize) -> Chunk {
+        let base = self.koff[k];
+        let mut rest = self.split_off_back(self.len() - k);
+        rest.clean_prefix = 0;
+        std::mem::swap(self, &mut rest);
+        // `rest` now holds the front; `self` the back, with offsets already rebased.
+        debug_assert_eq!(rest.kbuf.len(), base as usize);
+        rest
+    }
+
+    /// Appends the entries of `other`, whose keys all follow this chunk's. The entries
+    /// already here keep their cached hashes.
+    pub(crate) fn append(&mut self, other: &Chunk) {
+        let base = self.kbuf.len() as u32;
+        self.kbuf.extend_from_slice(&other.kbuf);
+        self.koff.extend(other.koff[1..].iter().map(|o| o + base));
+        self.prefixes.extend_from_slice(&other.prefixes);
+        self.values.extend(other.values.iter().cloned());
+        self.leaves.extend_from_slice(&other.leaves);
+        self.hash = None;
+    }
+
+    /// Puts the entries of `other`, whose keys all precede this chunk's, in front.
+    pub(crate) fn prepend(&mut self, mut other: Chunk) {
+        other.append(self);
+        other.clean_prefix = 0;
+        other.touched.clear();
+        other.levels = std::mem::take(&mut self.levels);
+        *self = other;
     }
 
     /// Hash of the aligned perfect block of `size` leaves starting at `lo`.
@@ -260,10 +326,8 @@ impl Chunk {
             }
         }
         if let Some(h) = self.hash {
-            let mut fresh = Chunk::from_entries((0..self.len()).map(|i| Entry {
-                leaf: None,
-                ..self.entry(i)
-            }));
+            let mut fresh =
+                Chunk::from_entries((0..self.len()).map(|i| Entry { leaf: None, ..self.entry(i) }));
             if fresh.rehash::<H>() != h {
                 return Err("cached chunk hash differs from a fresh computation".into());
             }
@@ -287,9 +351,8 @@ mod tests {
     }
 
     fn fresh_root(c: &Chunk) -> Digest {
-        let leaves: Vec<_> = (0..c.len())
-            .map(|i| leaf_hash_of::<Sha256>(c.key(i), c.value(i)))
-            .collect();
+        let leaves: Vec<_> =
+            (0..c.len()).map(|i| leaf_hash_of::<Sha256>(c.key(i), c.value(i))).collect();
         chunk_hash::<Sha256>(c.len() as u32, &reference(&leaves))
     }
 

@@ -47,10 +47,7 @@ impl<'a> Reader<'a> {
 
     /// Reads one byte.
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
-        let b = *self
-            .bytes
-            .get(self.pos)
-            .ok_or(DecodeError::Truncated { at: self.pos })?;
+        let b = *self.bytes.get(self.pos).ok_or(DecodeError::Truncated { at: self.pos })?;
         self.pos += 1;
         Ok(b)
     }
@@ -129,17 +126,7 @@ mod tests {
 
     #[test]
     fn varints_roundtrip_and_are_minimal() {
-        for v in [
-            0u64,
-            1,
-            127,
-            128,
-            300,
-            16383,
-            16384,
-            u32::MAX as u64,
-            u64::MAX,
-        ] {
+        for v in [0u64, 1, 127, 128, 300, 16383, 16384, u32::MAX as u64, u64::MAX] {
             let mut b = Vec::new();
             put_varint(&mut b, v);
             let mut r = Reader::new(&b);
@@ -150,11 +137,9 @@ mod tests {
         assert!(Reader::new(&[0x80, 0x00]).varint().is_err());
         // Eleven bytes / overflow of the tenth.
         assert!(Reader::new(&[0xff; 10]).varint().is_err());
-        assert!(
-            Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02])
-                .varint()
-                .is_err()
-        );
+        assert!(Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02])
+            .varint()
+            .is_err());
         assert!(Reader::new(&[0x80]).varint().is_err());
     }
 

@@ -13,18 +13,10 @@ pub enum DecodeError {
     BadVarint { at: usize },
     /// A field's value lies outside its allowed range.
     #[error("{what} = {value} out of range at byte {at}")]
-    OutOfRange {
-        what: &'static str,
-        value: u64,
-        at: usize,
-    },
+    OutOfRange { what: &'static str, value: u64, at: usize },
     /// A tag byte that is not defined here.
     #[error("unknown {what} tag {tag:#04x} at byte {at}")]
-    BadTag {
-        what: &'static str,
-        tag: u8,
-        at: usize,
-    },
+    BadTag { what: &'static str, tag: u8, at: usize },
     /// Bytes left over after a complete value.
     #[error("trailing bytes at byte {at}")]
     TrailingBytes { at: usize },
@@ -90,11 +82,7 @@ pub enum RestoreError {
     Duplicate(u64),
     /// `finish` was called before every chunk arrived.
     #[error("{missing} of {count} chunks missing (first: {first})")]
-    Missing {
-        missing: u64,
-        count: u64,
-        first: u64,
-    },
+    Missing { missing: u64, count: u64, first: u64 },
     /// The chunks verified but do not fit together (cannot happen for honest roots).
     #[error("the verified chunks do not form a consistent tree: {0}")]
     Inconsistent(&'static str),

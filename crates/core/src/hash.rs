@@ -158,11 +158,7 @@ mod tests {
         // SHA-256("abc")
         let mut h = Sha256::default();
         h.update(b"abc");
-        assert_eq!(
-            h.finalize()[..4],
-            [0xba, 0x78, 0x16, 0xbf],
-            "SHA-256 backend is not SHA-256"
-        );
+        assert_eq!(h.finalize()[..4], [0xba, 0x78, 0x16, 0xbf], "SHA-256 backend is not SHA-256");
     }
 
     #[test]

@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use crate::chunk::Chunk;
+use crate::chunk::{key_prefix, Chunk};
 use crate::hash::{inner_hash, Digest, Hasher};
 
 #[derive(Clone)]
@@ -28,6 +28,8 @@ pub(crate) struct Inner {
     pub chunk_count: u64,
     /// First key of the leftmost chunk of `right`.
     pub sep: Box<[u8]>,
+    /// `key_prefix(sep)`, compared first when searching.
+    pub sep_prefix: u64,
     pub left: Node,
     pub right: Node,
     pub hash: Option<Digest>,
@@ -46,15 +48,9 @@ impl Node {
     }
 
     pub(crate) fn join(sep: Box<[u8]>, left: Node, right: Node) -> Node {
-        let mut i = Inner {
-            height: 0,
-            key_count: 0,
-            chunk_count: 0,
-            sep,
-            left,
-            right,
-            hash: None,
-        };
+        let sep_prefix = key_prefix(&sep);
+        let mut i =
+            Inner { height: 0, key_count: 0, chunk_count: 0, sep, sep_prefix, left, right, hash: None };
         i.fix();
         Node::Inner(Arc::new(i))
     }
@@ -126,10 +122,11 @@ impl Node {
     pub(crate) fn find(&self, key: &[u8]) -> (&Chunk, u64, u64) {
         let mut n = self;
         let (mut index, mut before) = (0, 0);
+        let p = key_prefix(key);
         loop {
             match n {
                 Node::Inner(x) => {
-                    if key < &*x.sep {
+                    if x.goes_left(key, p) {
                         n = &x.left;
                     } else {
                         index += x.left.chunk_count();
@@ -143,29 +140,24 @@ impl Node {
     }
 
     /// Applies `f` to chunk `i`, keeping counts and separators right on the way back up.
-    /// Returns whether the first key of this subtree changed, and `f`'s result.
-    pub(crate) fn update_chunk<R>(&mut self, i: u64, f: impl FnOnce(&mut Chunk) -> R) -> (bool, R) {
+    /// `front` says whether `f` may change the chunk's first key; `f` must leave the chunk
+    /// non-empty. Returns `f`'s result.
+    pub(crate) fn update_chunk<R>(&mut self, i: u64, front: bool, f: impl FnOnce(&mut Chunk) -> R) -> R {
+        self.update_chunk_inner(i, front, f).1
+    }
+
+    fn update_chunk_inner<R>(&mut self, i: u64, front: bool, f: impl FnOnce(&mut Chunk) -> R) -> (bool, R) {
         match self {
-            Node::Chunk(c) => {
-                let c = Arc::make_mut(c);
-                let before: Box<[u8]> = if c.len() > 0 {
-                    c.first_key().into()
-                } else {
-                    Box::default()
-                };
-                let r = f(c);
-                let changed = c.len() == 0 || *before != *c.first_key();
-                (changed, r)
-            }
+            Node::Chunk(c) => (front, f(Arc::make_mut(c))),
             Node::Inner(x) => {
                 let x = Arc::make_mut(x);
                 let lc = x.left.chunk_count();
                 let out = if i < lc {
-                    x.left.update_chunk(i, f)
+                    x.left.update_chunk_inner(i, front, f)
                 } else {
-                    let (changed, r) = x.right.update_chunk(i - lc, f);
+                    let (changed, r) = x.right.update_chunk_inner(i - lc, front, f);
                     if changed {
-                        x.sep = x.right.first_key().into();
+                        x.set_sep_from_right();
                     }
                     (false, r)
                 };
@@ -197,33 +189,42 @@ impl Node {
         }
     }
 
-    /// Removes chunk `i` from a tree of at least two chunks. Returns whether the first key
-    /// of this subtree changed.
-    pub(crate) fn remove_chunk(&mut self, i: u64) -> bool {
-        let Node::Inner(x) = self else { return false };
+    /// Removes chunk `i` from a tree of at least two chunks and returns it.
+    pub(crate) fn remove_chunk(&mut self, i: u64) -> Option<Arc<Chunk>> {
+        self.remove_chunk_inner(i).map(|(_, c)| c)
+    }
+
+    /// Also returns whether the first key of this subtree changed.
+    fn remove_chunk_inner(&mut self, i: u64) -> Option<(bool, Arc<Chunk>)> {
+        let Node::Inner(x) = self else { return None };
         let x = Arc::make_mut(x);
         let lc = x.left.chunk_count();
-        let changed = if i < lc {
+        let out = if i < lc {
             if let Node::Chunk(_) = x.left {
-                let right = x.right.take();
+                let (right, Node::Chunk(gone)) = (x.right.take(), x.left.take()) else {
+                    return None;
+                };
                 *self = right;
-                return true;
+                return Some((true, gone));
             }
-            x.left.remove_chunk(i)
+            x.left.remove_chunk_inner(i)?
         } else {
             if let Node::Chunk(_) = x.right {
-                let left = x.left.take();
+                let (left, Node::Chunk(gone)) = (x.left.take(), x.right.take()) else {
+                    return None;
+                };
                 *self = left;
-                return false;
+                return Some((false, gone));
             }
-            if x.right.remove_chunk(i - lc) {
-                x.sep = x.right.first_key().into();
+            let (changed, gone) = x.right.remove_chunk_inner(i - lc)?;
+            if changed {
+                x.set_sep_from_right();
             }
-            false
+            (false, gone)
         };
         x.fix();
         self.rebalance();
-        changed
+        Some(out)
     }
 
     /// Restores the AVL balance at this node after one of its children changed height by
@@ -332,7 +333,7 @@ impl Node {
                 {
                     return Err("counts are not the sums of the children's".into());
                 }
-                if *x.sep != *x.right.first_key() {
+                if *x.sep != *x.right.first_key() || x.sep_prefix != key_prefix(&x.sep) {
                     return Err("separator is not the right subtree's first key".into());
                 }
                 if x.left.key(x.left.key_count() - 1) >= x.right.first_key() {
@@ -372,6 +373,20 @@ impl Node {
 }
 
 impl Inner {
+    /// Whether a search for `key` (with prefix `p`) continues left: `key < sep`.
+    #[inline]
+    pub(crate) fn goes_left(&self, key: &[u8], p: u64) -> bool {
+        match p.cmp(&self.sep_prefix) {
+            std::cmp::Ordering::Equal => key < &*self.sep,
+            o => o.is_lt(),
+        }
+    }
+
+    fn set_sep_from_right(&mut self) {
+        self.sep = self.right.first_key().into();
+        self.sep_prefix = key_prefix(&self.sep);
+    }
+
     /// Recomputes height and counts from the children, and clears the hash.
     #[inline]
     fn fix(&mut self) {

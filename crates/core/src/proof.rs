@@ -60,8 +60,7 @@ impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
             self.out.push(T_PRUNED);
             put_varint(&mut self.out, kc);
             put_varint(&mut self.out, node.chunk_count());
-            self.out
-                .extend_from_slice(&node.cached_hash().unwrap_or_default());
+            self.out.extend_from_slice(&node.cached_hash().unwrap_or_default());
             return;
         }
         match node {
@@ -117,13 +116,7 @@ fn emit<H: Hasher>(
 ) -> Vec<u8> {
     let mut out = vec![FORMAT_VERSION, proof_kind];
     put_varint(&mut out, u64::from(view.capacity));
-    let mut em = Emitter::<H, _> {
-        out,
-        lo,
-        hi,
-        kind,
-        _v: Default::default(),
-    };
+    let mut em = Emitter::<H, _> { out, lo, hi, kind, _v: Default::default() };
     match view.root {
         None => em.out.push(T_EMPTY),
         Some(root) => em.node(root, 0),
@@ -161,9 +154,7 @@ impl<H: Hasher> Snapshot<H> {
         let view = self.view();
         let (c, _, before) = view.root?.find(key);
         let i = before + c.search(key).ok()? as u64;
-        Some(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| {
-            LeafKind::Subject
-        }))
+        Some(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| LeafKind::Subject))
     }
 
     /// A proof that `key` is absent; `None` if present.
@@ -171,8 +162,7 @@ impl<H: Hasher> Snapshot<H> {
         if self.get(key).is_some() {
             return None;
         }
-        self.prove_range(Bound::Included(key), Bound::Included(key))
-            .ok()
+        self.prove_range(Bound::Included(key), Bound::Included(key)).ok()
     }
 
     /// A proof of every entry with a key within the bounds, nothing omitted.
@@ -208,13 +198,7 @@ impl<H: Hasher> Snapshot<H> {
             return None;
         }
         let (c, before) = root.chunk_at(i);
-        Some(emit::<H>(
-            view,
-            kind::CHUNK,
-            before,
-            before + c.len() as u64,
-            |_| LeafKind::Value,
-        ))
+        Some(emit::<H>(view, kind::CHUNK, before, before + c.len() as u64, |_| LeafKind::Value))
     }
 }
 
@@ -326,27 +310,17 @@ impl<'a, H: Hasher> Walk<'a, H> {
                 let height = self.r.u8()?;
                 if height == 0 || height > MAX_HEIGHT {
                     let value = height.into();
-                    return Err(DecodeError::OutOfRange {
-                        what: "height",
-                        value,
-                        at: hat,
-                    }
-                    .into());
+                    return Err(DecodeError::OutOfRange { what: "height", value, at: hat }.into());
                 }
                 let l = self.node(depth + 1)?;
                 let r = self.node(depth + 1)?;
                 if !l.expanded && !r.expanded {
-                    return Err(ProofError::Structure(
-                        "expanded node over two pruned subtrees",
-                    ));
+                    return Err(ProofError::Structure("expanded node over two pruned subtrees"));
                 }
                 let (Some(kc), Some(cc)) = (l.kc.checked_add(r.kc), l.cc.checked_add(r.cc)) else {
-                    return Err(DecodeError::OutOfRange {
-                        what: "key count",
-                        value: u64::MAX,
-                        at,
-                    }
-                    .into());
+                    return Err(
+                        DecodeError::OutOfRange { what: "key count", value: u64::MAX, at }.into()
+                    );
                 };
                 if r.pending {
                     self.key_height = Some(height);
@@ -359,12 +333,7 @@ impl<'a, H: Hasher> Walk<'a, H> {
                     pending: l.pending,
                 })
             }
-            tag => Err(DecodeError::BadTag {
-                what: "node",
-                tag,
-                at,
-            }
-            .into()),
+            tag => Err(DecodeError::BadTag { what: "node", tag, at }.into()),
         }
     }
 
@@ -373,23 +342,12 @@ impl<'a, H: Hasher> Walk<'a, H> {
         let kc = self.r.varint_in(1, u64::MAX >> 16, "key count")?;
         let cc = self.r.varint_in(1, kc, "chunk count")?;
         if cc == 1 && kc > self.capacity {
-            return Err(DecodeError::OutOfRange {
-                what: "key count",
-                value: kc,
-                at,
-            }
-            .into());
+            return Err(DecodeError::OutOfRange { what: "key count", value: kc, at }.into());
         }
         let hash = self.r.digest()?;
         self.keys_before = self.keys_before.saturating_add(kc);
         self.chunks_before = self.chunks_before.saturating_add(cc);
-        Ok(Info {
-            hash,
-            kc,
-            cc,
-            expanded: false,
-            pending: false,
-        })
+        Ok(Info { hash, kc, cc, expanded: false, pending: false })
     }
 
     fn chunk(&mut self) -> Result<Info, ProofError> {
@@ -425,13 +383,7 @@ impl<'a, H: Hasher> Walk<'a, H> {
         });
         self.keys_before += m as u64;
         self.chunks_before += 1;
-        Ok(Info {
-            hash: root,
-            kc: m as u64,
-            cc: 1,
-            expanded: true,
-            pending: true,
-        })
+        Ok(Info { hash: root, kc: m as u64, cc: 1, expanded: true, pending: true })
     }
 
     fn in_chunk(
@@ -458,12 +410,7 @@ impl<'a, H: Hasher> Walk<'a, H> {
         let at = self.r.position();
         match self.r.u8()? {
             t @ (L_HASH | L_VALUE | L_SUBJECT) => Ok(t),
-            tag => Err(DecodeError::BadTag {
-                what: "leaf",
-                tag,
-                at,
-            }
-            .into()),
+            tag => Err(DecodeError::BadTag { what: "leaf", tag, at }.into()),
         }
     }
 
@@ -471,12 +418,7 @@ impl<'a, H: Hasher> Walk<'a, H> {
         let at = self.r.position();
         let k = self.r.bytes(MAX_KEY_LEN, "key length")?;
         if k.is_empty() {
-            return Err(DecodeError::OutOfRange {
-                what: "key length",
-                value: 0,
-                at,
-            }
-            .into());
+            return Err(DecodeError::OutOfRange { what: "key length", value: 0, at }.into());
         }
         Ok(k)
     }
@@ -505,12 +447,7 @@ impl<'a, H: Hasher> Walk<'a, H> {
                 (key, Some(value), leaf_hash_of::<H>(key, value))
             }
         };
-        self.leaves.push(Leaf {
-            index,
-            key,
-            value,
-            kind,
-        });
+        self.leaves.push(Leaf { index, key, value, kind });
         Ok(hash)
     }
 }
@@ -536,11 +473,7 @@ fn walk<'a, H: Hasher>(
     let mut r = Reader::new(bytes);
     let version = r.u8()?;
     if version != FORMAT_VERSION {
-        return Err(DecodeError::Version {
-            found: version,
-            expected: FORMAT_VERSION,
-        }
-        .into());
+        return Err(DecodeError::Version { found: version, expected: FORMAT_VERSION }.into());
     }
     let found = r.u8()?;
     if found != expected_kind {
@@ -600,14 +533,9 @@ pub fn verify_membership<H: Hasher>(
 ) -> Result<VerifiedMembership, ProofError> {
     let w = walk::<H>(root, kind::MEMBERSHIP, proof, Some((key, value)), false)?;
     if w.leaves.len() != 1 || !w.subject_used {
-        return Err(ProofError::Structure(
-            "a membership proof expands exactly its subject",
-        ));
+        return Err(ProofError::Structure("a membership proof expands exactly its subject"));
     }
-    Ok(VerifiedMembership {
-        index: w.leaves[0].index,
-        key_count: w.key_count,
-    })
+    Ok(VerifiedMembership { index: w.leaves[0].index, key_count: w.key_count })
 }
 
 /// Verifies a range proof and returns every entry within `lo..hi` (bounds as given).
@@ -624,10 +552,7 @@ pub fn verify_range<H: Hasher>(
     let leaves = &w.leaves;
     let n = w.key_count;
     if n == 0 {
-        return Ok(VerifiedRange {
-            entries: Vec::new(),
-            key_count: 0,
-        });
+        return Ok(VerifiedRange { entries: Vec::new(), key_count: 0 });
     }
     let (Some(first), Some(last)) = (leaves.first(), leaves.last()) else {
         return Err(ProofError::Structure("no leaves"));
@@ -654,17 +579,10 @@ pub fn verify_range<H: Hasher>(
         match (inside, leaf.kind, leaf.value) {
             (true, L_VALUE, Some(v)) => entries.push((leaf.key.to_vec(), v.to_vec())),
             (false, L_HASH, None) => {}
-            _ => {
-                return Err(ProofError::Structure(
-                    "leaf carries the wrong content for its place",
-                ))
-            }
+            _ => return Err(ProofError::Structure("leaf carries the wrong content for its place")),
         }
     }
-    Ok(VerifiedRange {
-        entries,
-        key_count: n,
-    })
+    Ok(VerifiedRange { entries, key_count: n })
 }
 
 /// Verifies that `key` is absent from the tree with root `root`.
@@ -677,9 +595,7 @@ pub fn verify_absence<H: Hasher>(
     if !r.entries.is_empty() {
         return Err(ProofError::Structure("the key is present"));
     }
-    Ok(VerifiedAbsence {
-        key_count: r.key_count,
-    })
+    Ok(VerifiedAbsence { key_count: r.key_count })
 }
 
 /// Verifies exported chunk bytes as chunk `index` of the tree with root `root`.
@@ -691,20 +607,13 @@ pub fn verify_chunk<H: Hasher>(
     let w = walk::<H>(root, kind::CHUNK, bytes, None, true)?;
     let mut chunks = w.chunks;
     let (Some(c), true) = (chunks.pop(), chunks.is_empty()) else {
-        return Err(ProofError::Structure(
-            "a chunk proof expands exactly one chunk",
-        ));
+        return Err(ProofError::Structure("a chunk proof expands exactly one chunk"));
     };
     let (true, Some(chunk), Some(key_height)) = (c.full, c.chunk, w.key_height) else {
-        return Err(ProofError::Structure(
-            "a chunk proof expands every entry of its chunk",
-        ));
+        return Err(ProofError::Structure("a chunk proof expands every entry of its chunk"));
     };
     if c.index != index {
-        return Err(ProofError::WrongIndex {
-            expected: index,
-            found: c.index,
-        });
+        return Err(ProofError::WrongIndex { expected: index, found: c.index });
     }
     Ok(VerifiedChunk {
         index,

@@ -37,13 +37,7 @@ pub struct Progress {
 impl<H: Hasher> Restore<H> {
     /// Starts a restore of the tree whose root commitment is `root`.
     pub fn new(root: Digest) -> Self {
-        Restore {
-            root,
-            shape: None,
-            chunks: Vec::new(),
-            received: 0,
-            _h: PhantomData,
-        }
+        Restore { root, shape: None, chunks: Vec::new(), received: 0, _h: PhantomData }
     }
 
     /// The trusted root.
@@ -94,19 +88,12 @@ impl<H: Hasher> Restore<H> {
         }
         *slot = Some(chunk);
         self.received += 1;
-        Ok(Progress {
-            received: self.received,
-            total: count,
-        })
+        Ok(Progress { received: self.received, total: count })
     }
 
     /// Indices not yet received (all of them are unknown until the first chunk arrives).
     pub fn missing(&self) -> impl Iterator<Item = u64> + '_ {
-        self.chunks
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.is_none())
-            .map(|(i, _)| i as u64)
+        self.chunks.iter().enumerate().filter(|(_, c)| c.is_none()).map(|(i, _)| i as u64)
     }
 
     /// Whether every chunk has arrived.
@@ -129,11 +116,7 @@ impl<H: Hasher> Restore<H> {
         };
         if self.received != count {
             let first = self.missing().next().unwrap_or(0);
-            return Err(RestoreError::Missing {
-                missing: count - self.received,
-                count,
-                first,
-            });
+            return Err(RestoreError::Missing { missing: count - self.received, count, first });
         }
         let mut spine: Vec<(u8, Box<[u8]>, Node)> = Vec::new();
         let mut cur: Option<Node> = None;
@@ -159,9 +142,7 @@ impl<H: Hasher> Restore<H> {
                 c = join_checked(sh, sep, left, c)?;
             }
             if spine.last().is_some_and(|(sh, _, _)| *sh == h) {
-                return Err(RestoreError::Inconsistent(
-                    "two adjacent separators at one height",
-                ));
+                return Err(RestoreError::Inconsistent("two adjacent separators at one height"));
             }
             let sep: Box<[u8]> = node.first_key().into();
             spine.push((h, sep, c));
@@ -173,9 +154,7 @@ impl<H: Hasher> Restore<H> {
         }
         let mut tree = Tree::from_root(Some(c), capacity);
         if tree.root_hash() != self.root {
-            return Err(RestoreError::Inconsistent(
-                "rebuilt root differs from the trusted root",
-            ));
+            return Err(RestoreError::Inconsistent("rebuilt root differs from the trusted root"));
         }
         Ok(tree)
     }
@@ -183,15 +162,11 @@ impl<H: Hasher> Restore<H> {
 
 fn join_checked(height: u8, sep: Box<[u8]>, left: Node, right: Node) -> Result<Node, RestoreError> {
     if left.height().abs_diff(right.height()) > 1 {
-        return Err(RestoreError::Inconsistent(
-            "key-heights do not give a balanced tree",
-        ));
+        return Err(RestoreError::Inconsistent("key-heights do not give a balanced tree"));
     }
     let node = Node::join(sep, left, right);
     if node.height() != height {
-        return Err(RestoreError::Inconsistent(
-            "key-heights do not match the rebuilt heights",
-        ));
+        return Err(RestoreError::Inconsistent("key-heights do not match the rebuilt heights"));
     }
     Ok(node)
 }

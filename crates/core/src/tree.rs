@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::chunk::{Chunk, Value};
+use crate::chunk::{key_prefix, Chunk, Value};
 use crate::error::InputError;
 use crate::hash::{root_hash, Digest, Hasher, Sha256, EMPTY_TOP};
 use crate::node::Node;
@@ -45,11 +45,7 @@ pub struct Tree<H: Hasher = Sha256> {
 
 impl<H: Hasher> Clone for Tree<H> {
     fn clone(&self) -> Self {
-        Tree {
-            root: self.root.clone(),
-            capacity: self.capacity,
-            _h: PhantomData,
-        }
+        Tree { root: self.root.clone(), capacity: self.capacity, _h: PhantomData }
     }
 }
 
@@ -69,16 +65,10 @@ fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
         return Err(InputError::EmptyKey);
     }
     if key.len() > MAX_KEY_LEN {
-        return Err(InputError::KeyTooLong {
-            len: key.len(),
-            max: MAX_KEY_LEN,
-        });
+        return Err(InputError::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
     }
     if value.len() > MAX_VALUE_LEN {
-        return Err(InputError::ValueTooLong {
-            len: value.len(),
-            max: MAX_VALUE_LEN,
-        });
+        return Err(InputError::ValueTooLong { len: value.len(), max: MAX_VALUE_LEN });
     }
     Ok(())
 }
@@ -86,11 +76,7 @@ fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
 impl Tree<Sha256> {
     /// An empty SHA-256 tree with the default chunk capacity.
     pub fn new() -> Self {
-        Tree {
-            root: None,
-            capacity: DEFAULT_CAPACITY,
-            _h: PhantomData,
-        }
+        Tree { root: None, capacity: DEFAULT_CAPACITY, _h: PhantomData }
     }
 
     /// An empty SHA-256 tree whose chunks hold up to `capacity` keys
@@ -106,19 +92,11 @@ impl<H: Hasher> Tree<H> {
         if !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
             return Err(InputError::Capacity(capacity));
         }
-        Ok(Tree {
-            root: None,
-            capacity,
-            _h: PhantomData,
-        })
+        Ok(Tree { root: None, capacity, _h: PhantomData })
     }
 
     pub(crate) fn from_root(root: Option<Node>, capacity: u32) -> Self {
-        Tree {
-            root,
-            capacity,
-            _h: PhantomData,
-        }
+        Tree { root, capacity, _h: PhantomData }
     }
 
     /// The chunk capacity chosen at creation.
@@ -161,10 +139,7 @@ impl<H: Hasher> Tree<H> {
     }
 
     pub(crate) fn view(&self) -> View<'_> {
-        View {
-            root: self.root.as_ref(),
-            capacity: self.capacity,
-        }
+        View { root: self.root.as_ref(), capacity: self.capacity }
     }
 
     /// Inserts or replaces; returns the previous value. A refused key or value leaves the
@@ -181,7 +156,7 @@ impl<H: Hasher> Tree<H> {
                 self.root = Some(Node::chunk(c));
                 return Ok(None);
             };
-            match put(root, key, &value, cap, 0) {
+            match put(root, key, key_prefix(key), &value, cap, 0) {
                 Put::Done(old) => return Ok(old),
                 Put::Full(i) => self.make_room(i),
             }
@@ -194,7 +169,7 @@ impl<H: Hasher> Tree<H> {
         let root = self.root.as_mut()?;
         let (chunk, index, _) = root.find(key);
         let pos = chunk.search(key).ok()?;
-        let (_, (old, len)) = root.update_chunk(index, |c| {
+        let (old, len) = root.update_chunk(index, pos == 0, |c| {
             let old = c.remove_at(pos);
             (old, c.len())
         });
@@ -223,11 +198,15 @@ impl<H: Hasher> Tree<H> {
         match pick {
             // Evening out must leave both chunks below capacity: the neighbour needs two
             // free slots (with one, the odd entry could land back in the full chunk).
-            Some((start, len)) if len + 2 <= cap => self.redistribute(start, 2, 2),
+            Some((start, len)) if len + 2 <= cap => self.even_out(start),
             _ => {
-                let start = if left.is_some() { i - 1 } else { i };
-                let n = 1 + left.is_some() as u64 + right.is_some() as u64;
-                self.redistribute(start, n, n + 1);
+                let Some(root) = self.root.as_mut() else { return };
+                let back = root.update_chunk(i, false, |c| c.split_off_back(cap - cap / 2));
+                root.insert_chunk_after(i, back);
+                let mut sizes: Vec<usize> = left.into_iter().collect();
+                sizes.extend([cap / 2, cap - cap / 2]);
+                sizes.extend(right);
+                self.spread(if left.is_some() { i - 1 } else { i }, sizes);
             }
         }
     }
@@ -250,39 +229,54 @@ impl<H: Hasher> Tree<H> {
             (None, None) => return,
         };
         if nb > self.min_fill() {
-            self.redistribute(start, 2, 2);
-        } else {
-            self.redistribute(start, 2, 1);
+            self.even_out(start);
+        } else if let Some(root) = self.root.as_mut() {
+            // Merge: the right chunk's entries move to the end of the left one.
+            if let Some(gone) = root.remove_chunk(start + 1) {
+                root.update_chunk(start, false, |c| c.append(&gone));
+            }
         }
     }
 
-    /// Spreads the entries of chunks `start..start + from` evenly over `to` chunks.
-    fn redistribute(&mut self, start: u64, from: u64, to: u64) {
-        let Some(root) = self.root.as_mut() else {
+    /// Moves `k` entries across the boundary between chunks `i` and `i + 1`: from the end
+    /// of `i` to the front of `i + 1` when `rightward`, else the other way. No entry is
+    /// copied one by one: buffers are split and joined.
+    fn shift(&mut self, i: u64, k: usize, rightward: bool) {
+        let Some(root) = self.root.as_mut() else { return };
+        if k == 0 {
             return;
-        };
-        let mut entries = Vec::new();
-        for i in start..start + from {
-            let (c, _) = root.chunk_at(i);
-            entries.extend((0..c.len()).map(|j| c.entry(j)));
         }
-        let total = entries.len();
-        let mut it = entries.into_iter();
-        let mut parts = Vec::with_capacity(to as usize);
-        for k in 0..to as usize {
-            let size = total / to as usize + usize::from(k < total % to as usize);
-            parts.push(Chunk::from_entries(it.by_ref().take(size)));
+        if rightward {
+            let moved = root.update_chunk(i, false, |c| c.split_off_back(k));
+            root.update_chunk(i + 1, true, |c| c.prepend(moved));
+        } else {
+            let moved = root.update_chunk(i + 1, true, |c| c.split_off_front(k));
+            root.update_chunk(i, false, |c| c.append(&moved));
         }
-        let mut parts = parts.into_iter();
-        for i in start..start + from.min(to) {
-            let Some(part) = parts.next() else { break };
-            root.update_chunk(i, |c| *c = part);
-        }
-        for (k, part) in parts.enumerate() {
-            root.insert_chunk_after(start + from + k as u64 - 1, part);
-        }
-        for _ in to..from {
-            root.remove_chunk(start + to);
+    }
+
+    /// Evens out chunks `i` and `i + 1` (the extra entry to the left).
+    fn even_out(&mut self, i: u64) {
+        self.spread(i, vec![self.chunk_len(i), self.chunk_len(i + 1)]);
+    }
+
+    /// Spreads the entries of the chunks from `start` on, whose sizes are `sizes`, evenly
+    /// over those chunks (the first `total % n` get one more), sweeping left to right.
+    fn spread(&mut self, start: u64, mut sizes: Vec<usize>) {
+        let g = sizes.len();
+        let total: usize = sizes.iter().sum();
+        for j in 0..g.saturating_sub(1) {
+            let target = total / g + usize::from(j < total % g);
+            if sizes[j] > target {
+                let k = sizes[j] - target;
+                self.shift(start + j as u64, k, true);
+                sizes[j + 1] += k;
+            } else if sizes[j] < target {
+                // Never empty the next chunk (the fill policy's groups never ask it to).
+                let k = (target - sizes[j]).min(sizes[j + 1] - 1);
+                self.shift(start + j as u64, k, false);
+                sizes[j + 1] -= k;
+            }
         }
     }
 
@@ -296,12 +290,7 @@ impl<H: Hasher> Tree<H> {
     /// the rehash, shares every node with the tree.
     pub fn snapshot(&mut self) -> Snapshot<H> {
         let root_hash = self.root_hash();
-        Snapshot {
-            root: self.root.clone(),
-            capacity: self.capacity,
-            root_hash,
-            _h: PhantomData,
-        }
+        Snapshot { root: self.root.clone(), capacity: self.capacity, root_hash, _h: PhantomData }
     }
 
     /// Checks every invariant of the structure and of the cached hashes.
@@ -355,7 +344,7 @@ impl TreeStats {
 }
 
 /// The hot path of `insert`: one descent; reports a full chunk instead of splitting.
-fn put(node: &mut Node, key: &[u8], value: &Value, cap: usize, index: u64) -> Put {
+fn put(node: &mut Node, key: &[u8], prefix: u64, value: &Value, cap: usize, index: u64) -> Put {
     match node {
         Node::Chunk(c) => match c.search(key) {
             Ok(pos) => Put::Done(Some(Arc::make_mut(c).set_value(pos, value.clone()))),
@@ -366,13 +355,13 @@ fn put(node: &mut Node, key: &[u8], value: &Value, cap: usize, index: u64) -> Pu
             }
         },
         Node::Inner(x) => {
-            let go_left = key < &*x.sep;
+            let go_left = x.goes_left(key, prefix);
             let lc = x.left.chunk_count();
             let x = Arc::make_mut(x);
             let r = if go_left {
-                put(&mut x.left, key, value, cap, index)
+                put(&mut x.left, key, prefix, value, cap, index)
             } else {
-                put(&mut x.right, key, value, cap, index + lc)
+                put(&mut x.right, key, prefix, value, cap, index + lc)
             };
             if let Put::Done(None) = r {
                 x.key_count += 1;
@@ -429,10 +418,7 @@ impl<H: Hasher> Snapshot<H> {
         self.range(Bound::Unbounded, Bound::Unbounded)
     }
     pub(crate) fn view(&self) -> View<'_> {
-        View {
-            root: self.root.as_ref(),
-            capacity: self.capacity,
-        }
+        View { root: self.root.as_ref(), capacity: self.capacity }
     }
     /// A working tree starting from this version (O(1); copies on write).
     pub fn to_tree(&self) -> Tree<H> {
@@ -471,13 +457,7 @@ impl<'a> View<'a> {
 
     pub(crate) fn range(&self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
         let start = self.lower_index(lo);
-        let mut it = Iter {
-            root: self.root,
-            chunk: None,
-            chunk_index: 0,
-            pos: 0,
-            hi,
-        };
+        let mut it = Iter { root: self.root, chunk: None, chunk_index: 0, pos: 0, hi };
         if let Some(root) = self.root {
             if start < root.key_count() {
                 let (c, index, before) = locate(root, start);

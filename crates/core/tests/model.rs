@@ -57,15 +57,10 @@ fn check_against_model(tree: &mut Tree, model: &Model, rng: &mut SmallRng) {
         let (lo, hi) = bounds[rng.gen_range(0..bounds.len())];
         let p = snap.prove_range(lo, hi).unwrap();
         let got = verify_range::<Sha256>(&root, lo, hi, &p).unwrap().entries;
-        let want: Vec<_> = model
-            .range::<[u8], _>((lo, hi))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let want: Vec<_> =
+            model.range::<[u8], _>((lo, hi)).map(|(k, v)| (k.clone(), v.clone())).collect();
         assert_eq!(got, want, "range {lo:?}..{hi:?}");
-        let direct: Vec<_> = snap
-            .range(lo, hi)
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect();
+        let direct: Vec<_> = snap.range(lo, hi).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
         assert_eq!(direct, want);
     }
 }
@@ -101,10 +96,7 @@ fn run(capacity: u32, seed: u64, steps: usize, space: u32) {
     }
     assert!(tree.is_empty());
     assert_eq!(tree.chunk_count(), 0);
-    assert_eq!(
-        tree.root_hash(),
-        Tree::<Sha256>::with_capacity(capacity).unwrap().root_hash()
-    );
+    assert_eq!(tree.root_hash(), Tree::<Sha256>::with_capacity(capacity).unwrap().root_hash());
 }
 
 #[test]
@@ -134,12 +126,8 @@ fn refused_input_changes_nothing() {
     tree.insert(b"a", b"1").unwrap();
     let before = tree.root_hash();
     assert!(tree.insert(b"", b"x").is_err());
-    assert!(tree
-        .insert(&vec![1u8; bavl_core::MAX_KEY_LEN + 1], b"x")
-        .is_err());
-    assert!(tree
-        .insert(b"b", &vec![0u8; bavl_core::MAX_VALUE_LEN + 1])
-        .is_err());
+    assert!(tree.insert(&vec![1u8; bavl_core::MAX_KEY_LEN + 1], b"x").is_err());
+    assert!(tree.insert(b"b", &vec![0u8; bavl_core::MAX_VALUE_LEN + 1]).is_err());
     assert_eq!(tree.root_hash(), before);
     assert_eq!(tree.len(), 1);
     assert!(Tree::<Sha256>::with_capacity(3).is_err());

@@ -24,19 +24,12 @@ fn assert_all_mutations_rejected(bytes: &[u8], accept: impl Fn(&[u8]) -> bool, w
     for pos in 0..bytes.len() {
         for delta in 1..=255u8 {
             m[pos] = bytes[pos].wrapping_add(delta);
-            assert!(
-                !accept(&m),
-                "{what}: accepted with byte {pos} changed to {:#04x}",
-                m[pos]
-            );
+            assert!(!accept(&m), "{what}: accepted with byte {pos} changed to {:#04x}", m[pos]);
         }
         m[pos] = bytes[pos];
     }
     for len in 0..bytes.len() {
-        assert!(
-            !accept(&bytes[..len]),
-            "{what}: accepted truncated to {len} bytes"
-        );
+        assert!(!accept(&bytes[..len]), "{what}: accepted truncated to {len} bytes");
     }
     let mut longer = bytes.to_vec();
     longer.push(0);
@@ -130,10 +123,7 @@ fn proofs_of_one_kind_are_not_accepted_as_another() {
     // A valid chunk checked against another index, or another version's root.
     assert!(matches!(
         verify_chunk::<Sha256>(&root, 1, &chunk),
-        Err(bavl_core::ProofError::WrongIndex {
-            expected: 1,
-            found: 0
-        })
+        Err(bavl_core::ProofError::WrongIndex { expected: 1, found: 0 })
     ));
     let other = snapshot(4, 41).root_hash();
     assert_eq!(

@@ -54,15 +54,7 @@ fn assert_same_future(a: &mut Tree, b: &mut Tree, seed: u64) {
 
 #[test]
 fn any_order_gives_the_identical_tree_and_future() {
-    for (cap, n) in [
-        (4, 1),
-        (4, 2),
-        (4, 500),
-        (5, 777),
-        (7, 300),
-        (64, 5000),
-        (1024, 3000),
-    ] {
+    for (cap, n) in [(4, 1), (4, 2), (4, 500), (5, 777), (7, 300), (64, 5000), (1024, 3000)] {
         let mut tree = build(cap, n, cap as u64 * 31 + n as u64);
         let snap = tree.snapshot();
         for seed in 0..3 {
@@ -97,20 +89,14 @@ fn bad_chunks_are_clear_errors_that_change_nothing() {
     r.add_chunk(3, &snap.export_chunk(3).unwrap()).unwrap();
 
     // Duplicate.
-    assert_eq!(
-        r.add_chunk(3, &snap.export_chunk(3).unwrap()),
-        Err(RestoreError::Duplicate(3))
-    );
+    assert_eq!(r.add_chunk(3, &snap.export_chunk(3).unwrap()), Err(RestoreError::Duplicate(3)));
     // Valid chunk, wrong index.
     let e = r.add_chunk(4, &snap.export_chunk(5).unwrap()).unwrap_err();
     assert!(matches!(
         e,
         RestoreError::Invalid {
             index: 4,
-            source: ProofError::WrongIndex {
-                expected: 4,
-                found: 5
-            }
+            source: ProofError::WrongIndex { expected: 4, found: 5 }
         }
     ));
     // Out of range.
@@ -122,13 +108,7 @@ fn bad_chunks_are_clear_errors_that_change_nothing() {
     tree.insert(b"new key", b"v").unwrap();
     let next = tree.snapshot();
     let e = r.add_chunk(0, &next.export_chunk(0).unwrap()).unwrap_err();
-    assert!(matches!(
-        e,
-        RestoreError::Invalid {
-            source: ProofError::RootMismatch,
-            ..
-        }
-    ));
+    assert!(matches!(e, RestoreError::Invalid { source: ProofError::RootMismatch, .. }));
     // Another tree altogether, truncated bytes, garbage.
     let foreign = build(4, 200, 2).snapshot();
     assert!(r.add_chunk(1, &foreign.export_chunk(1).unwrap()).is_err());
@@ -140,9 +120,7 @@ fn bad_chunks_are_clear_errors_that_change_nothing() {
     // None of that changed anything: one chunk held, the rest missing.
     assert_eq!(r.missing().count() as u64, m - 1);
     let mut partial = Restore::<Sha256>::new(root);
-    partial
-        .add_chunk(0, &snap.export_chunk(0).unwrap())
-        .unwrap();
+    partial.add_chunk(0, &snap.export_chunk(0).unwrap()).unwrap();
     assert!(
         matches!(partial.finish(4), Err(RestoreError::Missing { missing, first: 1, .. }) if missing == m - 1)
     );
@@ -166,10 +144,7 @@ fn verified_chunks_report_their_place() {
         let c =
             bavl_core::verify_chunk::<Sha256>(&snap.root_hash(), i, &snap.export_chunk(i).unwrap())
                 .unwrap();
-        assert_eq!(
-            (c.index, c.chunk_count, c.key_count),
-            (i, snap.chunk_count(), snap.len())
-        );
+        assert_eq!((c.index, c.chunk_count, c.key_count), (i, snap.chunk_count(), snap.len()));
         assert_eq!(c.keys_before, keys_before);
         assert_eq!(c.key_height == 0, i == 0);
         assert_eq!(c.capacity, 5);
