@@ -49,8 +49,16 @@ impl Node {
 
     pub(crate) fn join(sep: Box<[u8]>, left: Node, right: Node) -> Node {
         let sep_prefix = key_prefix(&sep);
-        let mut i =
-            Inner { height: 0, key_count: 0, chunk_count: 0, sep, sep_prefix, left, right, hash: None };
+        let mut i = Inner {
+            height: 0,
+            key_count: 0,
+            chunk_count: 0,
+            sep,
+            sep_prefix,
+            left,
+            right,
+            hash: None,
+        };
         i.fix();
         Node::Inner(Arc::new(i))
     }
@@ -142,11 +150,21 @@ impl Node {
     /// Applies `f` to chunk `i`, keeping counts and separators right on the way back up.
     /// `front` says whether `f` may change the chunk's first key; `f` must leave the chunk
     /// non-empty. Returns `f`'s result.
-    pub(crate) fn update_chunk<R>(&mut self, i: u64, front: bool, f: impl FnOnce(&mut Chunk) -> R) -> R {
+    pub(crate) fn update_chunk<R>(
+        &mut self,
+        i: u64,
+        front: bool,
+        f: impl FnOnce(&mut Chunk) -> R,
+    ) -> R {
         self.update_chunk_inner(i, front, f).1
     }
 
-    fn update_chunk_inner<R>(&mut self, i: u64, front: bool, f: impl FnOnce(&mut Chunk) -> R) -> (bool, R) {
+    fn update_chunk_inner<R>(
+        &mut self,
+        i: u64,
+        front: bool,
+        f: impl FnOnce(&mut Chunk) -> R,
+    ) -> (bool, R) {
         match self {
             Node::Chunk(c) => (front, f(Arc::make_mut(c))),
             Node::Inner(x) => {
@@ -304,6 +322,36 @@ impl Node {
                 h
             }
         }
+    }
+
+    /// Like [`Node::rehash`], hashing the two subtrees of the top node on two threads when
+    /// both are stale and large enough to repay a thread.
+    pub(crate) fn rehash_parallel<H: Hasher>(&mut self) -> Digest {
+        const MIN_CHUNKS: u64 = 256;
+        static CORES: LazyLock<usize> =
+            LazyLock::new(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let Node::Inner(x) = self else { return self.rehash::<H>() };
+        let stale = |n: &Node| n.cached_hash().is_none();
+        if x.hash.is_some()
+            || *CORES < 2
+            || x.chunk_count < MIN_CHUNKS
+            || !stale(&x.left)
+            || !stale(&x.right)
+        {
+            return self.rehash::<H>();
+        }
+        let x = Arc::make_mut(x);
+        let (left, right) = (&mut x.left, &mut x.right);
+        let (l, r) = std::thread::scope(|s| {
+            let l = s.spawn(|| left.rehash::<H>());
+            let r = right.rehash::<H>();
+            (l.join(), r)
+        });
+        // A panic on the helper thread is a bug in this crate; hash on this one instead.
+        let l = l.unwrap_or_else(|_| x.left.rehash::<H>());
+        let h = inner_hash::<H>(x.height, x.key_count, x.chunk_count, &l, &r);
+        x.hash = Some(h);
+        h
     }
 
     /// Checks every structural invariant of the subtree; returns its first key.

@@ -281,8 +281,11 @@ impl<H: Hasher> Tree<H> {
     }
 
     /// Rehashes what changed and returns the root commitment.
+    ///
+    /// When both halves of the tree changed and the machine has more than one core, the
+    /// two halves are hashed on two threads (the result is the same either way).
     pub fn root_hash(&mut self) -> Digest {
-        let top = self.root.as_mut().map_or(EMPTY_TOP, |r| r.rehash::<H>());
+        let top = self.root.as_mut().map_or(EMPTY_TOP, |r| r.rehash_parallel::<H>());
         root_hash::<H>(self.capacity, &top)
     }
 
