@@ -570,7 +570,7 @@ pub fn verify_range<H: Hasher>(
         return Err(ProofError::Structure("range not covered to its bounds"));
     }
     let len = leaves.len();
-    if (len > 1 && below(leaves[1].key, lo)) || (len > 1 && above(leaves[len - 2].key, hi)) {
+    if len > 1 && (below(leaves[1].key, lo) || above(leaves[len - 2].key, hi)) {
         return Err(ProofError::Structure("more boundary leaves than needed"));
     }
     let mut entries = Vec::new();

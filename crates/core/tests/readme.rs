@@ -14,7 +14,8 @@ fn readme_example() -> Result<(), bavl_core::Error> {
     let root = snap.root_hash();
 
     let proof = snap.prove_membership(b"bob").unwrap();
-    verify_membership::<Sha256>(&root, b"bob", b"20", &proof)?;
+    let verified = verify_membership::<Sha256>(&root, b"bob", b"20", &proof)?;
+    assert_eq!((verified.index, verified.key_count), (0, 1));
     let proof = snap.prove_range(Bound::Included(&b"a"[..]), Bound::Excluded(&b"c"[..]))?;
     let entries = verify_range::<Sha256>(
         &root,
