@@ -1,0 +1,125 @@
+//! The command line itself: help texts, argument errors, and `bavl verify` on vectors.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bavl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bavl")).args(args).output().expect("run bavl")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn help_lists_every_subcommand() {
+    let out = bavl(&["--help"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for sub in ["demo", "vectors", "verify"] {
+        assert!(text.contains(sub), "--help lacks {sub}:\n{text}");
+    }
+}
+
+#[test]
+fn demo_help_shows_every_default() {
+    let out = bavl(&["demo", "--help"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for default in [
+        "[default: 1000000]",
+        "[default: 64]",
+        "[default: 1]",
+        "[default: 10]",
+        "[default: 4]",
+        "[default: 2]",
+    ] {
+        assert!(text.contains(default), "demo --help lacks {default}:\n{text}");
+    }
+}
+
+#[test]
+fn other_helps_succeed() {
+    for sub in ["vectors", "verify"] {
+        let out = bavl(&[sub, "--help"]);
+        assert!(out.status.success(), "{sub} --help failed");
+    }
+    assert!(stdout(&bavl(&["vectors", "--help"])).contains("[default: docs/vectors/core.json]"));
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    assert!(!bavl(&["demo", "--capacity", "3"]).status.success());
+    assert!(!bavl(&["demo", "--liars", "9"]).status.success());
+    assert!(!bavl(&[
+        "verify",
+        "--root",
+        "00",
+        "--kind",
+        "chunk",
+        "--index",
+        "0",
+        "--proof-hex",
+        "00"
+    ])
+    .status
+    .success());
+}
+
+fn first_tree() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/vectors/core.json");
+    let file: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("vectors")).expect("json");
+    let tree = file["trees"].as_array().expect("trees").iter().find(|t| t["name"] == "ten-keys");
+    tree.expect("the ten-keys tree").clone()
+}
+
+#[test]
+fn verify_accepts_a_membership_vector() {
+    let tree = first_tree();
+    let m = &tree["membership"][1];
+    let s = |v: &Value| v.as_str().expect("string").to_owned();
+    let (root, key, value, proof) =
+        (s(&tree["root"]), s(&m["key"]), s(&m["value"]), s(&m["proof"]));
+    let out = bavl(&[
+        "verify",
+        "--root",
+        &root,
+        "--kind",
+        "membership",
+        "--key",
+        &key,
+        "--value",
+        &value,
+        "--proof-hex",
+        &proof,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let result: Value = serde_json::from_str(&stdout(&out)).expect("json result");
+    assert_eq!(result["ok"], true);
+    assert_eq!(result["index"], m["index"]);
+}
+
+#[test]
+fn verify_rejects_a_negative_chunk_vector() {
+    let tree = first_tree();
+    let negatives = tree["negative"].as_array().expect("negative");
+    let n = negatives.iter().find(|n| n["kind"] == "chunk").expect("a chunk negative");
+    let proof = std::env::temp_dir().join(format!("bavl-neg-{}.bin", std::process::id()));
+    std::fs::write(&proof, hex::decode(n["proof"].as_str().unwrap()).unwrap()).unwrap();
+    let index = n["index"].to_string();
+    let root = tree["root"].as_str().unwrap();
+    let proof_arg = proof.to_str().unwrap();
+    let out = bavl(&[
+        "verify", "--root", root, "--kind", "chunk", "--index", &index, "--proof", proof_arg,
+        "--json",
+    ]);
+    let _ = std::fs::remove_file(&proof);
+    assert_eq!(out.status.code(), Some(1));
+    let result: Value = serde_json::from_str(&stdout(&out)).expect("json error");
+    assert_eq!(result["ok"], false);
+    assert_eq!(result["variant"], n["rust_error"]);
+}
