@@ -52,7 +52,7 @@ fn other_helps_succeed() {
 #[test]
 fn bad_arguments_are_refused() {
     assert!(!bavl(&["demo", "--capacity", "3"]).status.success());
-    assert!(!bavl(&["demo", "--liars", "9"]).status.success());
+    assert!(!bavl(&["demo", "--liars", "11"]).status.success());
     assert!(!bavl(&[
         "verify",
         "--root",
