@@ -45,9 +45,9 @@ fn demo_syncs_and_bans_every_liar() {
     assert!(r["out_of_order"].as_u64().unwrap() > 0, "arrival order was sorted");
     assert_eq!(r["liars_banned"], true);
     let peers = r["peers"].as_array().expect("peers");
-    assert_eq!(peers.len(), 8);
+    assert_eq!(peers.len(), 10);
     let liars: Vec<&Value> = peers.iter().filter(|p| p["behaviour"] != "honest").collect();
-    assert_eq!(liars.len(), 3);
+    assert_eq!(liars.len(), 4);
     for p in peers {
         let liar = p["behaviour"] != "honest";
         assert_eq!(p["banned"], liar, "peer {p}");
