@@ -59,7 +59,7 @@ fn demo_syncs_and_bans_every_liar() {
             assert_eq!(p["rejected"], 0, "{p}");
         }
     }
-    assert_eq!(r["banned"].as_array().map(Vec::len), Some(3));
+    assert_eq!(r["banned"].as_array().map(Vec::len), Some(4));
 }
 
 #[test]
