@@ -31,8 +31,6 @@
 //! # Ok::<(), bavl_core::Error>(())
 //! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
-#![allow(missing_docs)] // fields and accessors are documented where they are not obvious
 
 mod chunk;
 pub mod codec;

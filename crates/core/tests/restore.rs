@@ -152,3 +152,24 @@ fn verified_chunks_report_their_place() {
     }
     assert_eq!(keys_before, snap.len());
 }
+
+#[cfg(feature = "blake3")]
+#[test]
+fn blake3_trees_prove_and_restore() {
+    use bavl_core::{verify_membership, Blake3};
+    let mut tree = Tree::<Blake3>::with_capacity_and_hasher(8).unwrap();
+    for i in 0u32..500 {
+        tree.insert(&i.to_be_bytes(), b"v").unwrap();
+    }
+    let snap = tree.snapshot();
+    let mut sha = build(8, 0, 0);
+    assert_ne!(snap.root_hash(), sha.root_hash());
+    let p = snap.prove_membership(&7u32.to_be_bytes()).unwrap();
+    let _ = verify_membership::<Blake3>(&snap.root_hash(), &7u32.to_be_bytes(), b"v", &p).unwrap();
+    assert!(verify_membership::<Sha256>(&snap.root_hash(), &7u32.to_be_bytes(), b"v", &p).is_err());
+    let mut r = Restore::<Blake3>::new(snap.root_hash());
+    for i in 0..snap.chunk_count() {
+        r.add_chunk(i, &snap.export_chunk(i).unwrap()).unwrap();
+    }
+    assert_eq!(r.finish(8).unwrap().root_hash(), snap.root_hash());
+}
