@@ -176,7 +176,7 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
 
 /// The error's variant name (`RootMismatch`, `WrongIndex`, `Decode`...).
 pub fn variant(e: &ProofError) -> String {
-    format!("{e:?}").chars().take_while(char::is_ascii_alphanumeric).collect()
+    e.name().to_string()
 }
 
 fn entries_json<'a>(entries: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Value {

@@ -48,6 +48,19 @@ pub enum ProofError {
     WrongIndex { expected: u64, found: u64 },
 }
 
+impl ProofError {
+    /// A stable name for the kind of rejection, for reports and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProofError::Decode(_) => "Decode",
+            ProofError::RootMismatch => "RootMismatch",
+            ProofError::WrongKind { .. } => "WrongKind",
+            ProofError::Structure(_) => "Structure",
+            ProofError::WrongIndex { .. } => "WrongIndex",
+        }
+    }
+}
+
 /// Why a key or value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum InputError {

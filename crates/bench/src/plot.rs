@@ -1,0 +1,211 @@
+//! The capacity sweep as a PNG: one panel per figure, capacity on a log2 axis, the
+//! default capacity ringed, and the brief's targets as dashed red lines.
+//!
+//! Text needs a TrueType font: plotters is built with `ab_glyph` (no system font
+//! libraries), and the font file is read at run time from `BAVL_BENCH_FONT` or the usual
+//! DejaVu/Liberation paths (Debian's `fonts-dejavu-core`). Without a font the plot is
+//! skipped with a warning; the JSON and CSV are unaffected.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+
+use crate::measure::CapacityResult;
+
+const FONT: &str = "sans-serif";
+const FONT_PATHS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+/// Registers a font once per process.
+fn ensure_font() -> Result<()> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let env = std::env::var("BAVL_BENCH_FONT").ok();
+        let path =
+            env.iter().map(String::as_str).chain(FONT_PATHS).find(|p| Path::new(p).is_file());
+        let path = path.ok_or("no TrueType font found (set BAVL_BENCH_FONT)")?;
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        register_font(FONT, FontStyle::Normal, bytes)
+            .map_err(|_| format!("{path}: not a usable font"))
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+/// A figure of one capacity's results.
+type Figure = fn(&CapacityResult) -> f64;
+
+/// One panel: a figure against capacity.
+struct Panel {
+    title: &'static str,
+    get: Figure,
+    /// Plot log10 of the values.
+    log_y: bool,
+    /// A horizontal target line and its legend.
+    target: Option<(f64, &'static str)>,
+    /// A second series (dashed): per-capacity reference values and legend.
+    reference: Option<(Figure, &'static str)>,
+}
+
+fn panels() -> Vec<Panel> {
+    let p = |title, get, log_y, target, reference| Panel { title, get, log_y, target, reference };
+    vec![
+        p(
+            "updates/s (10k-upsert blocks + root_hash)",
+            |c| c.update_ops_per_s,
+            false,
+            Some((200e3, "target >= 200k")),
+            None,
+        ),
+        p("gets/s (random existing keys)", |c| c.get_ops_per_s, false, None, None),
+        p(
+            "membership proof bytes (median)",
+            |c| c.membership_proof_bytes_median as f64,
+            false,
+            Some((800.0, "target <= 800")),
+            None,
+        ),
+        p(
+            "space efficiency (chunks / minimum)",
+            |c| c.space_efficiency,
+            false,
+            Some((1.25, "target <= 1.25")),
+            None,
+        ),
+        p(
+            "verify + rebuild MB/s (1 thread)",
+            |c| c.verify_rebuild_mb_per_s,
+            false,
+            None,
+            Some((|c| 0.5 * c.sha256_over_chunk_bytes_mb_per_s, "target: 0.5 x SHA-256 MB/s")),
+        ),
+        p("exported chunk bytes (mean)", |c| c.chunk_bytes_mean, true, None, None),
+    ]
+}
+
+fn human(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Draws the sweep into `path`.
+pub fn plot(
+    path: &Path,
+    sweep: &[CapacityResult],
+    default_capacity: u32,
+    title: &str,
+) -> Result<()> {
+    ensure_font()?;
+    if sweep.is_empty() {
+        return Err(anyhow!("empty sweep"));
+    }
+    let root = BitMapBackend::new(path, (1800, 1050)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let body = root.titled(title, (FONT, 30)).map_err(|e| anyhow!("{e}"))?;
+    let x = |c: &CapacityResult| f64::from(c.capacity).log2();
+    let (x_lo, x_hi) =
+        sweep.iter().map(x).fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+    for (area, panel) in body.split_evenly((2, 3)).iter().zip(panels()) {
+        let ty = |v: f64| if panel.log_y { v.max(1e-9).log10() } else { v };
+        let pts: Vec<(f64, f64)> = sweep.iter().map(|c| (x(c), ty((panel.get)(c)))).collect();
+        let refs: Vec<(f64, f64)> = panel
+            .reference
+            .map(|(f, _)| sweep.iter().map(|c| (x(c), ty(f(c)))).collect())
+            .unwrap_or_default();
+        let mut ys: Vec<f64> = pts.iter().chain(&refs).map(|p| p.1).collect();
+        ys.extend(panel.target.map(|(t, _)| ty(t)));
+        let (lo, hi) = ys.iter().fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+        let pad = ((hi - lo) * 0.12).max(if panel.log_y { 0.05 } else { hi.abs() * 0.05 + 1e-9 });
+        let lo = if panel.log_y || lo - pad > 0.0 { lo - pad } else { 0.0 };
+        // Headroom above everything for the legend.
+        let hi = hi + (hi - lo) * 0.3;
+        let mut chart = ChartBuilder::on(area)
+            .caption(panel.title, (FONT, 23))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(78)
+            .build_cartesian_2d((x_lo - 0.4)..(x_hi + 0.4), lo..(hi + pad))
+            .map_err(|e| anyhow!("{e}"))?;
+        let yfmt = |v: &f64| human(if panel.log_y { 10f64.powf(*v) } else { *v });
+        let xfmt = |v: &f64| {
+            if (v - v.round()).abs() < 1e-6 {
+                format!("{}", 2f64.powi(v.round() as i32))
+            } else {
+                String::new()
+            }
+        };
+        chart
+            .configure_mesh()
+            .x_labels(12)
+            .y_labels(7)
+            .x_label_formatter(&xfmt)
+            .y_label_formatter(&yfmt)
+            .x_desc("chunk capacity (keys, log scale)")
+            .label_style((FONT, 17))
+            .axis_desc_style((FONT, 17))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+        let blue = RGBColor(31, 102, 181);
+        chart
+            .draw_series(LineSeries::new(pts.clone(), blue.stroke_width(3)))
+            .map_err(|e| anyhow!("{e}"))?;
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 5, blue.filled())))
+            .map_err(|e| anyhow!("{e}"))?;
+        let dflt =
+            sweep.iter().zip(&pts).filter(|(c, _)| c.capacity == default_capacity).map(|(_, p)| *p);
+        chart
+            .draw_series(dflt.map(|p| Circle::new(p, 11, RED.stroke_width(3))))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(format!("default capacity {default_capacity}"))
+            .legend(|(x, y)| Circle::new((x + 10, y), 6, RED.stroke_width(3)));
+        let red = RGBColor(200, 30, 30);
+        if let Some((t, label)) = panel.target {
+            let line = DashedLineSeries::new(
+                vec![(x_lo - 0.4, ty(t)), (x_hi + 0.4, ty(t))],
+                12,
+                8,
+                red.stroke_width(2),
+            );
+            chart.draw_series(line).map_err(|e| anyhow!("{e}"))?.label(label).legend(
+                move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2)),
+            );
+        }
+        if let Some((_, label)) = panel.reference {
+            chart
+                .draw_series(DashedLineSeries::new(refs, 12, 8, red.stroke_width(2)))
+                .map_err(|e| anyhow!("{e}"))?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 16))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
