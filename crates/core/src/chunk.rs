@@ -1,8 +1,8 @@
 //! A chunk: the leaf of the AVL tree, and the unit of proof and state transfer.
 //!
-//! A chunk holds up to `capacity` entries sorted by key, keys packed in one buffer (so a
-//! binary search touches contiguous memory and copying a chunk is a few `memcpy`s) and
-//! values shared by reference count (so copy-on-write of a chunk never copies values).
+//! A chunk holds up to `capacity` entries sorted by key, keys packed in one buffer and
+//! values in another (so a binary search touches contiguous memory, copying a chunk for
+//! copy-on-write is a few `memcpy`s, and no entry costs an allocation of its own).
 //!
 //! Over its entries lies the in-chunk hash tree, shaped as in RFC 6962: the node over
 //! `n > 1` leaves splits after the largest power of two below `n`. Every node of that tree
@@ -15,18 +15,14 @@
 //! after `p` (`clean_prefix`), because positions shift. [`Chunk::rehash`] recomputes only
 //! those. Callers guarantee a chunk in a tree is never empty.
 
-use std::sync::Arc;
-
 use crate::hash::{chunk_hash, chunk_node_hash, leaf_hash_of, Digest, Hasher};
 
-/// A value as stored: immutable and shared between versions.
-pub type Value = Arc<[u8]>;
-
-/// One entry being moved between chunks, with its leaf hash if known.
-pub(crate) struct Entry {
-    pub key: Box<[u8]>,
-    pub value: Value,
-    pub leaf: Option<Digest>,
+/// Inserts `bytes` at `at`, shifting the tail (one `memmove`).
+fn insert_bytes(buf: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+    let old = buf.len();
+    buf.resize(old + bytes.len(), 0);
+    buf.copy_within(at..old, at + bytes.len());
+    buf[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
 #[derive(Clone, Default)]
@@ -37,7 +33,9 @@ pub(crate) struct Chunk {
     /// First eight bytes of each key, big-endian and zero-padded: most comparisons in a
     /// binary search are decided here, without touching the key bytes.
     prefixes: Vec<u64>,
-    values: Vec<Value>,
+    vbuf: Vec<u8>,
+    /// `voff.len() == len() + 1`; value `i` is `vbuf[voff[i]..voff[i + 1]]`.
+    voff: Vec<usize>,
     /// Leaf hashes; `None` when stale.
     leaves: Vec<Option<Digest>>,
     /// `levels[j]` holds the hashes of the aligned blocks of `2^(j+1)` leaves.
@@ -69,36 +67,33 @@ pub(crate) fn split_point(n: usize) -> usize {
 
 impl Chunk {
     pub(crate) fn new() -> Self {
-        Chunk { koff: vec![0], ..Default::default() }
+        Chunk { koff: vec![0], voff: vec![0], ..Default::default() }
     }
 
-    /// Builds a chunk from entries already in key order.
-    pub(crate) fn from_entries(entries: impl IntoIterator<Item = Entry>) -> Self {
-        let mut c = Chunk::new();
-        for e in entries {
-            c.kbuf.extend_from_slice(&e.key);
-            c.koff.push(c.kbuf.len() as u32);
-            c.prefixes.push(key_prefix(&e.key));
-            c.values.push(e.value);
-            c.leaves.push(e.leaf);
-        }
-        c
-    }
-
-    /// Builds a chunk from verified entries and their leaf hashes (used by restore).
-    pub(crate) fn push_verified(&mut self, key: &[u8], value: &[u8], leaf: Digest) {
+    /// Appends an entry whose key follows every key here (used when building).
+    pub(crate) fn push(&mut self, key: &[u8], value: &[u8], leaf: Option<Digest>) {
         self.kbuf.extend_from_slice(key);
         self.koff.push(self.kbuf.len() as u32);
         self.prefixes.push(key_prefix(key));
-        self.values.push(Arc::from(value));
-        self.leaves.push(Some(leaf));
-        self.clean_prefix = 0;
+        self.vbuf.extend_from_slice(value);
+        self.voff.push(self.vbuf.len());
+        self.leaves.push(leaf);
         self.hash = None;
+    }
+
+    /// Reserves room for `n` entries of about `bytes` key and value bytes in all.
+    pub(crate) fn reserve(&mut self, n: usize, key_bytes: usize, value_bytes: usize) {
+        self.kbuf.reserve(key_bytes);
+        self.koff.reserve(n);
+        self.prefixes.reserve(n);
+        self.vbuf.reserve(value_bytes);
+        self.voff.reserve(n);
+        self.leaves.reserve(n);
     }
 
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.values.len()
+        self.prefixes.len()
     }
 
     #[inline]
@@ -107,8 +102,8 @@ impl Chunk {
     }
 
     #[inline]
-    pub(crate) fn value(&self, i: usize) -> &Value {
-        &self.values[i]
+    pub(crate) fn value(&self, i: usize) -> &[u8] {
+        &self.vbuf[self.voff[i]..self.voff[i + 1]]
     }
 
     pub(crate) fn first_key(&self) -> &[u8] {
@@ -135,63 +130,81 @@ impl Chunk {
         Err(lo)
     }
 
-    /// Copies entry `i` out, for moving it to another chunk.
-    pub(crate) fn entry(&self, i: usize) -> Entry {
-        Entry { key: self.key(i).into(), value: self.values[i].clone(), leaf: self.leaves[i] }
-    }
-
-    pub(crate) fn set_value(&mut self, i: usize, value: Value) -> Value {
+    /// Replaces the value of entry `i`.
+    pub(crate) fn set_value(&mut self, i: usize, value: &[u8]) {
+        let (a, b) = (self.voff[i], self.voff[i + 1]);
+        if b - a == value.len() {
+            self.vbuf[a..b].copy_from_slice(value);
+        } else {
+            self.vbuf.splice(a..b, value.iter().copied());
+            for o in &mut self.voff[i + 1..] {
+                *o = *o + value.len() - (b - a);
+            }
+        }
         self.leaves[i] = None;
         if i < self.clean_prefix {
             self.touched.push(i as u32);
         }
         self.hash = None;
-        std::mem::replace(&mut self.values[i], value)
     }
 
-    pub(crate) fn insert_at(&mut self, i: usize, key: &[u8], value: Value) {
+    pub(crate) fn insert_at(&mut self, i: usize, key: &[u8], value: &[u8]) {
         let at = self.koff[i];
         let len = key.len() as u32;
-        self.kbuf.splice(at as usize..at as usize, key.iter().copied());
+        insert_bytes(&mut self.kbuf, at as usize, key);
         self.koff.insert(i + 1, at + len);
         for o in &mut self.koff[i + 2..] {
             *o += len;
         }
+        let vat = self.voff[i];
+        insert_bytes(&mut self.vbuf, vat, value);
+        self.voff.insert(i + 1, vat + value.len());
+        for o in &mut self.voff[i + 2..] {
+            *o += value.len();
+        }
         self.prefixes.insert(i, key_prefix(key));
-        self.values.insert(i, value);
         self.leaves.insert(i, None);
         self.clean_prefix = self.clean_prefix.min(i);
         self.hash = None;
     }
 
-    pub(crate) fn remove_at(&mut self, i: usize) -> Value {
+    /// Removes entry `i` and returns its value.
+    pub(crate) fn remove_at(&mut self, i: usize) -> Vec<u8> {
         let (start, end) = (self.koff[i], self.koff[i + 1]);
         self.kbuf.drain(start as usize..end as usize);
         self.koff.remove(i + 1);
         for o in &mut self.koff[i + 1..] {
             *o -= end - start;
         }
+        let (vs, ve) = (self.voff[i], self.voff[i + 1]);
+        let old = self.vbuf.drain(vs..ve).collect();
+        self.voff.remove(i + 1);
+        for o in &mut self.voff[i + 1..] {
+            *o -= ve - vs;
+        }
         self.leaves.remove(i);
         self.prefixes.remove(i);
         self.clean_prefix = self.clean_prefix.min(i);
         self.hash = None;
-        self.values.remove(i)
+        old
     }
 
     /// Removes the last `k` entries and returns them as a chunk. The entries kept keep
     /// their cached hashes.
     pub(crate) fn split_off_back(&mut self, k: usize) -> Chunk {
         let at = self.len() - k;
-        let base = self.koff[at];
+        let (base, vbase) = (self.koff[at], self.voff[at]);
         let moved = Chunk {
             kbuf: self.kbuf.split_off(base as usize),
             koff: self.koff[at..].iter().map(|o| o - base).collect(),
             prefixes: self.prefixes.split_off(at),
-            values: self.values.split_off(at),
+            vbuf: self.vbuf.split_off(vbase),
+            voff: self.voff[at..].iter().map(|o| o - vbase).collect(),
             leaves: self.leaves.split_off(at),
             ..Default::default()
         };
         self.koff.truncate(at + 1);
+        self.voff.truncate(at + 1);
         self.clean_prefix = self.clean_prefix.min(at);
         self.hash = None;
         moved
@@ -216,7 +229,9 @@ impl Chunk {
         self.kbuf.extend_from_slice(&other.kbuf);
         self.koff.extend(other.koff[1..].iter().map(|o| o + base));
         self.prefixes.extend_from_slice(&other.prefixes);
-        self.values.extend(other.values.iter().cloned());
+        let vbase = self.vbuf.len();
+        self.vbuf.extend_from_slice(&other.vbuf);
+        self.voff.extend(other.voff[1..].iter().map(|o| o + vbase));
         self.leaves.extend_from_slice(&other.leaves);
         self.hash = None;
     }
@@ -261,7 +276,7 @@ impl Chunk {
         let cp = self.clean_prefix.min(n);
         for i in cp..n {
             if self.leaves[i].is_none() {
-                self.leaves[i] = Some(leaf_hash_of::<H>(self.key(i), &self.values[i]));
+                self.leaves[i] = Some(leaf_hash_of::<H>(self.key(i), self.value(i)));
             }
         }
         let mut touched = std::mem::take(&mut self.touched);
@@ -270,7 +285,7 @@ impl Chunk {
         touched.dedup();
         for &t in &touched {
             let t = t as usize;
-            self.leaves[t] = Some(leaf_hash_of::<H>(self.key(t), &self.values[t]));
+            self.leaves[t] = Some(leaf_hash_of::<H>(self.key(t), self.value(t)));
         }
         let mut j = 0;
         loop {
@@ -312,12 +327,15 @@ impl Chunk {
 
     /// Bytes of keys and values, for statistics.
     pub(crate) fn payload_bytes(&self) -> usize {
-        self.kbuf.len() + self.values.iter().map(|v| v.len()).sum::<usize>()
+        self.kbuf.len() + self.vbuf.len()
     }
 
     /// Debug check: sorted, offsets consistent, and cached hashes equal a fresh rehash.
     pub(crate) fn check<H: Hasher>(&self) -> Result<(), String> {
-        if self.koff.len() != self.len() + 1 || self.leaves.len() != self.len() {
+        if self.koff.len() != self.len() + 1
+            || self.voff.len() != self.len() + 1
+            || self.leaves.len() != self.len()
+        {
             return Err("chunk arrays out of step".into());
         }
         for i in 1..self.len() {
@@ -326,8 +344,10 @@ impl Chunk {
             }
         }
         if let Some(h) = self.hash {
-            let mut fresh =
-                Chunk::from_entries((0..self.len()).map(|i| Entry { leaf: None, ..self.entry(i) }));
+            let mut fresh = Chunk::new();
+            for i in 0..self.len() {
+                fresh.push(self.key(i), self.value(i), None);
+            }
             if fresh.rehash::<H>() != h {
                 return Err("cached chunk hash differs from a fresh computation".into());
             }
@@ -361,18 +381,18 @@ mod tests {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
         let mut c = Chunk::new();
-        c.insert_at(0, b"m", Arc::from(&b"0"[..]));
+        c.insert_at(0, b"m", b"0");
         for step in 0..3000 {
             let n = c.len();
             let op = rng.gen_range(0..3);
             if op == 0 || n < 2 {
                 let k: [u8; 4] = rng.gen();
                 if let Err(i) = c.search(&k) {
-                    c.insert_at(i, &k, Arc::from(&k[..]));
+                    c.insert_at(i, &k, &k);
                 }
             } else if op == 1 {
                 let i = rng.gen_range(0..n);
-                c.set_value(i, Arc::from(&[step as u8][..]));
+                c.set_value(i, &[step as u8; 3][..(step % 4) as usize]);
             } else if n > 1 {
                 c.remove_at(rng.gen_range(0..n));
             }
@@ -391,7 +411,7 @@ mod tests {
     fn search_finds_keys_and_gaps() {
         let mut c = Chunk::new();
         for (i, k) in [b"b", b"d", b"f"].iter().enumerate() {
-            c.insert_at(i, *k, Arc::from(&b""[..]));
+            c.insert_at(i, *k, b"");
         }
         assert_eq!(c.search(b"d"), Ok(1));
         assert_eq!(c.search(b"a"), Err(0));

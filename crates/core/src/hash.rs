@@ -35,11 +35,28 @@ pub trait Hasher: Default + Clone + Send + Sync + 'static {
     fn update(&mut self, bytes: &[u8]);
     /// Returns the digest of everything appended.
     fn finalize(self) -> Digest;
+    /// The digest of the concatenation of `parts`. Every node hash goes through here, so a
+    /// hash function may give it a faster path for short inputs.
+    #[inline]
+    fn digest_parts(parts: &[&[u8]]) -> Digest {
+        let mut h = Self::default();
+        for p in parts {
+            h.update(p);
+        }
+        h.finalize()
+    }
 }
 
 /// SHA-256 (uses the CPU's SHA extensions when present).
 #[derive(Default, Clone)]
 pub struct Sha256(sha2::Sha256);
+
+const SHA256_IV: [u32; 8] = [
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+];
+
+/// Longest input the one-shot path takes: three blocks less the padding's 9 bytes.
+const SHA256_ONE_SHOT_MAX: usize = 3 * 64 - 9;
 
 impl Hasher for Sha256 {
     const NAME: &'static str = "sha256";
@@ -50,6 +67,40 @@ impl Hasher for Sha256 {
     #[inline]
     fn finalize(self) -> Digest {
         sha2::Digest::finalize(self.0).into()
+    }
+
+    /// Node inputs are short (38 to 183 bytes), so they are laid out with their padding
+    /// in one stack buffer and compressed in a single call, without the streaming
+    /// hasher's buffering. Same function, same digests (tested against the stream).
+    #[inline]
+    fn digest_parts(parts: &[&[u8]]) -> Digest {
+        use sha2::digest::generic_array::GenericArray;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total > SHA256_ONE_SHOT_MAX {
+            let mut h = Self::default();
+            parts.iter().for_each(|p| h.update(p));
+            return h.finalize();
+        }
+        let mut buf = [0u8; 3 * 64];
+        let mut at = 0;
+        for p in parts {
+            buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        buf[at] = 0x80;
+        let blocks = (total + 9).div_ceil(64);
+        buf[blocks * 64 - 8..blocks * 64].copy_from_slice(&(total as u64 * 8).to_be_bytes());
+        let mut state = SHA256_IV;
+        let mut arr = [GenericArray::default(), GenericArray::default(), GenericArray::default()];
+        for (b, chunk) in arr.iter_mut().zip(buf.chunks_exact(64)).take(blocks) {
+            b.copy_from_slice(chunk);
+        }
+        sha2::compress256(&mut state, &arr[..blocks]);
+        let mut out = [0u8; 32];
+        for (o, w) in out.chunks_exact_mut(4).zip(state) {
+            o.copy_from_slice(&w.to_be_bytes());
+        }
+        out
     }
 }
 
@@ -74,21 +125,13 @@ impl Hasher for Blake3 {
 /// Hash of a value: `H(VALUE || value)`.
 #[inline]
 pub fn value_hash<H: Hasher>(value: &[u8]) -> Digest {
-    let mut h = H::default();
-    h.update(&[tag::VALUE]);
-    h.update(value);
-    h.finalize()
+    H::digest_parts(&[&[tag::VALUE], value])
 }
 
 /// Hash of a key/value leaf given the value's hash.
 #[inline]
 pub fn leaf_hash<H: Hasher>(key: &[u8], value_hash: &Digest) -> Digest {
-    let mut h = H::default();
-    h.update(&[tag::LEAF]);
-    h.update(&(key.len() as u32).to_be_bytes());
-    h.update(key);
-    h.update(value_hash);
-    h.finalize()
+    H::digest_parts(&[&[tag::LEAF], &(key.len() as u32).to_be_bytes(), key, value_hash])
 }
 
 /// Hash of a key/value leaf.
@@ -100,21 +143,13 @@ pub fn leaf_hash_of<H: Hasher>(key: &[u8], value: &[u8]) -> Digest {
 /// Hash of an in-chunk tree node.
 #[inline]
 pub fn chunk_node_hash<H: Hasher>(left: &Digest, right: &Digest) -> Digest {
-    let mut h = H::default();
-    h.update(&[tag::CHUNK_NODE]);
-    h.update(left);
-    h.update(right);
-    h.finalize()
+    H::digest_parts(&[&[tag::CHUNK_NODE], left, right])
 }
 
 /// Hash of a chunk with `key_count` keys whose in-chunk tree has root `in_chunk_root`.
 #[inline]
 pub fn chunk_hash<H: Hasher>(key_count: u32, in_chunk_root: &Digest) -> Digest {
-    let mut h = H::default();
-    h.update(&[tag::CHUNK]);
-    h.update(&key_count.to_be_bytes());
-    h.update(in_chunk_root);
-    h.finalize()
+    H::digest_parts(&[&[tag::CHUNK], &key_count.to_be_bytes(), in_chunk_root])
 }
 
 /// Hash of an inner node of the AVL tree over chunks.
@@ -126,24 +161,20 @@ pub fn inner_hash<H: Hasher>(
     left: &Digest,
     right: &Digest,
 ) -> Digest {
-    let mut h = H::default();
-    h.update(&[tag::INNER, height]);
-    h.update(&key_count.to_be_bytes());
-    h.update(&chunk_count.to_be_bytes());
-    h.update(left);
-    h.update(right);
-    h.finalize()
+    H::digest_parts(&[
+        &[tag::INNER, height],
+        &key_count.to_be_bytes(),
+        &chunk_count.to_be_bytes(),
+        left,
+        right,
+    ])
 }
 
 /// The root commitment: binds the format version, the chunk capacity and the top node
 /// (32 zero bytes for the empty tree).
 #[inline]
 pub fn root_hash<H: Hasher>(capacity: u32, top: &Digest) -> Digest {
-    let mut h = H::default();
-    h.update(&[tag::ROOT, FORMAT_VERSION]);
-    h.update(&capacity.to_be_bytes());
-    h.update(top);
-    h.finalize()
+    H::digest_parts(&[&[tag::ROOT, FORMAT_VERSION], &capacity.to_be_bytes(), top])
 }
 
 /// The top hash of an empty tree.
@@ -159,6 +190,17 @@ mod tests {
         let mut h = Sha256::default();
         h.update(b"abc");
         assert_eq!(h.finalize()[..4], [0xba, 0x78, 0x16, 0xbf], "SHA-256 backend is not SHA-256");
+    }
+
+    #[test]
+    fn one_shot_path_equals_the_stream_at_every_length() {
+        let data: Vec<u8> = (0..400u32).map(|i| (i * 37 % 251) as u8).collect();
+        for len in 0..data.len() {
+            let (a, b) = data[..len].split_at(len / 3);
+            let mut h = Sha256::default();
+            h.update(&data[..len]);
+            assert_eq!(Sha256::digest_parts(&[a, b]), h.finalize(), "length {len}");
+        }
     }
 
     #[test]

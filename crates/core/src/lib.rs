@@ -41,7 +41,6 @@ pub mod proof;
 mod restore;
 mod tree;
 
-pub use chunk::Value;
 pub use error::{DecodeError, Error, InputError, ProofError, RestoreError};
 #[cfg(feature = "blake3")]
 pub use hash::Blake3;

@@ -256,7 +256,7 @@ impl VerifiedChunk {
     }
     /// The entries, in key order.
     pub fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        (0..self.chunk.len()).map(|i| (self.chunk.key(i), &**self.chunk.value(i)))
+        (0..self.chunk.len()).map(|i| (self.chunk.key(i), self.chunk.value(i)))
     }
 }
 
@@ -359,6 +359,7 @@ impl<'a, H: Hasher> Walk<'a, H> {
         let mut built = None;
         let root = if full && self.build {
             let mut c = Chunk::new();
+            c.reserve(m, 0, self.r.remaining());
             for i in 0..m {
                 let (key, value) = match self.leaf_tag()? {
                     L_VALUE => (self.key()?, self.value()?),
@@ -367,7 +368,7 @@ impl<'a, H: Hasher> Walk<'a, H> {
                 if i > 0 && c.key(i - 1) >= key {
                     return Err(ProofError::Structure("keys out of order"));
                 }
-                c.push_verified(key, value, leaf_hash_of::<H>(key, value));
+                c.push(key, value, Some(leaf_hash_of::<H>(key, value)));
             }
             let h = c.rehash::<H>();
             built = Some(c);

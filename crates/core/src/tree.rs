@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::chunk::{key_prefix, Chunk, Value};
+use crate::chunk::{key_prefix, Chunk};
 use crate::error::InputError;
 use crate::hash::{root_hash, Digest, Hasher, Sha256, EMPTY_TOP};
 use crate::node::Node;
@@ -56,7 +56,8 @@ impl Default for Tree<Sha256> {
 }
 
 enum Put {
-    Done(Option<Value>),
+    /// Whether the key was new.
+    Done(bool),
     Full(u64),
 }
 
@@ -142,11 +143,10 @@ impl<H: Hasher> Tree<H> {
         View { root: self.root.as_ref(), capacity: self.capacity }
     }
 
-    /// Inserts or replaces; returns the previous value. A refused key or value leaves the
-    /// tree unchanged.
-    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<Option<Value>, InputError> {
+    /// Inserts or replaces; returns `true` if the key was new. A refused key or value
+    /// leaves the tree unchanged.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, InputError> {
         check_entry(key, value)?;
-        let value: Value = Arc::from(value);
         let cap = self.capacity as usize;
         for attempt in 0.. {
             debug_assert!(attempt < 2, "make_room left no room");
@@ -154,10 +154,10 @@ impl<H: Hasher> Tree<H> {
                 let mut c = Chunk::new();
                 c.insert_at(0, key, value);
                 self.root = Some(Node::chunk(c));
-                return Ok(None);
+                return Ok(true);
             };
-            match put(root, key, key_prefix(key), &value, cap, 0) {
-                Put::Done(old) => return Ok(old),
+            match put(root, key, key_prefix(key), value, cap, 0) {
+                Put::Done(new) => return Ok(new),
                 Put::Full(i) => self.make_room(i),
             }
         }
@@ -165,7 +165,7 @@ impl<H: Hasher> Tree<H> {
     }
 
     /// Removes `key`; returns its value if it was present.
-    pub fn remove(&mut self, key: &[u8]) -> Option<Value> {
+    pub fn remove(&mut self, key: &[u8]) -> Option<Vec<u8>> {
         let root = self.root.as_mut()?;
         let (chunk, index, _) = root.find(key);
         let pos = chunk.search(key).ok()?;
@@ -347,14 +347,17 @@ impl TreeStats {
 }
 
 /// The hot path of `insert`: one descent; reports a full chunk instead of splitting.
-fn put(node: &mut Node, key: &[u8], prefix: u64, value: &Value, cap: usize, index: u64) -> Put {
+fn put(node: &mut Node, key: &[u8], prefix: u64, value: &[u8], cap: usize, index: u64) -> Put {
     match node {
         Node::Chunk(c) => match c.search(key) {
-            Ok(pos) => Put::Done(Some(Arc::make_mut(c).set_value(pos, value.clone()))),
+            Ok(pos) => {
+                Arc::make_mut(c).set_value(pos, value);
+                Put::Done(false)
+            }
             Err(_) if c.len() >= cap => Put::Full(index),
             Err(pos) => {
-                Arc::make_mut(c).insert_at(pos, key, value.clone());
-                Put::Done(None)
+                Arc::make_mut(c).insert_at(pos, key, value);
+                Put::Done(true)
             }
         },
         Node::Inner(x) => {
@@ -366,7 +369,7 @@ fn put(node: &mut Node, key: &[u8], prefix: u64, value: &Value, cap: usize, inde
             } else {
                 put(&mut x.right, key, prefix, value, cap, index + lc)
             };
-            if let Put::Done(None) = r {
+            if let Put::Done(true) = r {
                 x.key_count += 1;
             }
             x.hash = None;
@@ -439,7 +442,7 @@ pub(crate) struct View<'a> {
 impl<'a> View<'a> {
     pub(crate) fn get(&self, key: &[u8]) -> Option<&'a [u8]> {
         let (c, _, _) = self.root?.find(key);
-        c.search(key).ok().map(|i| &**c.value(i))
+        c.search(key).ok().map(|i| c.value(i))
     }
 
     /// Global index of the first key not below `lo`.
@@ -519,7 +522,7 @@ impl<'a> Iterator for Iter<'a> {
             self.chunk = None;
             return None;
         }
-        let item = (key, &**c.value(self.pos));
+        let item = (key, c.value(self.pos));
         self.pos += 1;
         if self.pos == c.len() {
             self.pos = 0;

@@ -76,8 +76,8 @@ fn run(capacity: u32, seed: u64, steps: usize, space: u32) {
         let key = random_key(&mut rng, space);
         if rng.gen_bool(p_insert) {
             let value: Vec<u8> = (0..rng.gen_range(0..40)).map(|_| rng.gen()).collect();
-            let old = tree.insert(&key, &value).unwrap();
-            assert_eq!(old.as_deref(), model.insert(key, value).as_deref());
+            let new = tree.insert(&key, &value).unwrap();
+            assert_eq!(new, model.insert(key, value).is_none());
         } else {
             let old = tree.remove(&key);
             assert_eq!(old.as_deref(), model.remove(&key).as_deref());
