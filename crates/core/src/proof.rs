@@ -177,9 +177,11 @@ impl<H: Hasher> Snapshot<H> {
             Bound::Unbounded => n,
             Bound::Included(b) => view.lower_index(Bound::Excluded(b)),
             Bound::Excluded(b) => view.lower_index(Bound::Included(b)),
-        }
-        .max(s);
-        let (plo, phi) = (s.saturating_sub(1), if e < n { e + 1 } else { n });
+        };
+        // With `(Excluded(a), Excluded(a))` and `a` present, `a` lies below and above the
+        // empty range at once (`e < s`): `a` alone is the whole (canonical) proof.
+        let (plo, phi) =
+            if e < s { (s - 1, s) } else { (s.saturating_sub(1), if e < n { e + 1 } else { n }) };
         Ok(emit::<H>(view, kind::RANGE, plo, phi, |i| {
             if i >= s && i < e {
                 LeafKind::Value
