@@ -4,8 +4,6 @@
 //! encoding is canonical).
 #![no_main]
 
-use std::ops::Bound;
-
 use bavl_core::{verify_absence, verify_membership, verify_range, Sha256};
 use bavl_fuzz::{bound, decode_proof_input, fixture, ABSENCE, MEMBERSHIP};
 use libfuzzer_sys::fuzz_target;
