@@ -6,8 +6,8 @@
 //! (`ceil((len + 9) / 64)` blocks after padding): the bill of work that bounds update and
 //! verify throughput.
 
-use std::cell::Cell;
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use bavl_core::hash::{Digest, Hasher, Sha256};
@@ -67,12 +67,11 @@ pub fn sha256_over(buffers: &[Vec<u8>], reps: usize) -> f64 {
 /// Kinds of hash inputs, by domain tag (`docs/design.md`, section 2), plus "other".
 pub const KINDS: [&str; 7] = ["value", "leaf", "chunk_node", "chunk", "inner", "root", "other"];
 
-thread_local! {
-    /// This thread's counts: accounting runs on one thread.
-    static TALLY: Cell<Tally> = const { Cell::new(Tally { calls: [0; 7], blocks: [0; 7] }) };
-}
+/// Process-wide counts (the library may hash on helper threads).
+static CALLS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+static BLOCKS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 
-/// SHA-256 that counts, per thread, its hashes and compressions by domain tag.
+/// SHA-256 that counts, process-wide, its hashes and compressions by domain tag.
 #[derive(Default, Clone)]
 pub struct Counting {
     inner: Sha256,
@@ -93,10 +92,8 @@ impl Hasher for Counting {
     #[inline]
     fn finalize(self) -> Digest {
         let k = self.tag.map_or(6, |t| (t as usize).min(6));
-        let mut t = TALLY.get();
-        t.calls[k] += 1;
-        t.blocks[k] += (self.len + 9).div_ceil(64) as u64;
-        TALLY.set(t);
+        CALLS[k].fetch_add(1, Relaxed);
+        BLOCKS[k].fetch_add((self.len + 9).div_ceil(64) as u64, Relaxed);
         self.inner.finalize()
     }
 }
@@ -110,11 +107,16 @@ pub struct Tally {
 
 impl Tally {
     pub fn reset() {
-        TALLY.set(Tally::default());
+        Tally::take();
     }
 
     pub fn take() -> Tally {
-        TALLY.replace(Tally::default())
+        let mut t = Tally::default();
+        for k in 0..7 {
+            t.calls[k] = CALLS[k].swap(0, Relaxed);
+            t.blocks[k] = BLOCKS[k].swap(0, Relaxed);
+        }
+        t
     }
 
     /// Per-unit figures: hashes by kind, total hashes and compressions per unit.
@@ -149,8 +151,12 @@ pub struct PerUnit {
 mod tests {
     use super::*;
 
+    /// The counters are process-wide: tests that hash with [`Counting`] take turns.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn compressions_follow_sha256_padding() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         Tally::reset();
         for len in [55usize, 56, 64, 119, 120] {
             let mut h = Counting::default();
@@ -165,6 +171,7 @@ mod tests {
 
     #[test]
     fn counting_hasher_gives_sha256_digests() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let mut a = Counting::default();
         let mut b = Sha256::default();
         a.update(b"abc");

@@ -91,6 +91,41 @@ pub struct CapacityResult {
     /// Seconds spent waiting for a quiet machine before this measurement.
     pub waited_for_quiet_s: f64,
     pub seconds: f64,
+    /// Measurements merged into this record ([`CapacityResult::merge_best`]).
+    pub rounds: usize,
+    /// `update_ops_per_s` of each round, in order.
+    pub update_ops_per_s_rounds: Vec<f64>,
+}
+
+impl CapacityResult {
+    /// Keeps, figure by figure, the better of this and another measurement of the same
+    /// capacity on the same workload: on a shared machine the faster run is the one less
+    /// disturbed. Sizes are deterministic and equal in both.
+    pub fn merge_best(&mut self, o: &CapacityResult) {
+        let max = |a: &mut f64, b: f64| *a = a.max(b);
+        if o.update_ops_per_s > self.update_ops_per_s {
+            self.update_hash_share = o.update_hash_share;
+            self.update_block_ms_p50 = o.update_block_ms_p50;
+            self.update_block_ms_p99 = o.update_block_ms_p99;
+        }
+        max(&mut self.update_ops_per_s, o.update_ops_per_s);
+        max(&mut self.update_ops_per_s_median_block, o.update_ops_per_s_median_block);
+        max(&mut self.bulk_load_ops_per_s, o.bulk_load_ops_per_s);
+        max(&mut self.get_ops_per_s, o.get_ops_per_s);
+        max(&mut self.prove_membership_ops_per_s, o.prove_membership_ops_per_s);
+        max(&mut self.verify_membership_ops_per_s, o.verify_membership_ops_per_s);
+        max(&mut self.export_mb_per_s, o.export_mb_per_s);
+        max(&mut self.verify_rebuild_mb_per_s, o.verify_rebuild_mb_per_s);
+        max(&mut self.verify_rebuild_parallel_mb_per_s, o.verify_rebuild_parallel_mb_per_s);
+        max(&mut self.sha256_over_chunk_bytes_mb_per_s, o.sha256_over_chunk_bytes_mb_per_s);
+        self.verify_rebuild_vs_sha256 =
+            self.verify_rebuild_mb_per_s / self.sha256_over_chunk_bytes_mb_per_s;
+        max(&mut self.others_busy_cores, o.others_busy_cores);
+        self.waited_for_quiet_s += o.waited_for_quiet_s;
+        self.seconds += o.seconds;
+        self.rounds += o.rounds;
+        self.update_ops_per_s_rounds.extend_from_slice(&o.update_ops_per_s_rounds);
+    }
 }
 
 /// Measures one capacity.
@@ -98,7 +133,8 @@ pub fn measure(w: &Workload, capacity: u32, plan: &Plan) -> Result<CapacityResul
     let waited = crate::workload::wait_for_quiet(plan.wait_quiet, 0.3);
     let meter = CpuMeter::start();
     let t0 = Instant::now();
-    let mut r = CapacityResult { capacity, verify_threads: plan.threads, ..Default::default() };
+    let mut r =
+        CapacityResult { capacity, verify_threads: plan.threads, rounds: 1, ..Default::default() };
 
     let n = w.keys.len();
     let mut tree = Tree::with_capacity(capacity)?;
@@ -315,6 +351,7 @@ fn updates(tree: &mut Tree, w: &Workload, plan: &Plan, r: &mut CapacityResult) -
     r.update_block_ms_p50 = percentile(&ms, 50.0);
     r.update_block_ms_p99 = percentile(&ms, 99.0);
     r.update_ops_per_s_median_block = w.shape.block_size as f64 / (r.update_block_ms_p50 / 1e3);
+    r.update_ops_per_s_rounds = vec![r.update_ops_per_s];
     r.update_hash_share = hash_time.as_secs_f64() / total.as_secs_f64();
     if !unpinned.is_empty() {
         let mut total = Duration::ZERO;

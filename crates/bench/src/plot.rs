@@ -59,7 +59,7 @@ fn panels() -> Vec<Panel> {
     let p = |title, get, log_y, target, reference| Panel { title, get, log_y, target, reference };
     vec![
         p(
-            "updates/s (10k-upsert blocks + root_hash)",
+            "updates/s on one core (10k blocks + root_hash)",
             |c| c.update_ops_per_s,
             false,
             Some((200e3, "target >= 200k")),

@@ -32,6 +32,7 @@ pub struct Params {
     pub sweep_capacities: Vec<u32>,
     /// Longest wait for a quiet machine before each measurement.
     pub wait_quiet_s: f64,
+    pub sweep_rounds: usize,
 }
 
 /// The figures at the default capacity.
