@@ -244,6 +244,8 @@ pub struct VerifiedChunk {
     /// Height of the inner node whose separator is this chunk's first key (0 for chunk 0).
     pub key_height: u8,
     pub capacity: u32,
+    /// The root this chunk was verified against.
+    pub root: Digest,
     pub(crate) chunk: Chunk,
 }
 
@@ -625,6 +627,7 @@ pub fn verify_chunk<H: Hasher>(
         keys_before: c.keys_before,
         key_height,
         capacity: w.capacity,
+        root: *root,
         chunk,
     })
 }

@@ -11,7 +11,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::error::RestoreError;
+use crate::error::{ProofError, RestoreError};
 use crate::hash::{root_hash, Digest, Hasher, Sha256, EMPTY_TOP};
 use crate::node::Node;
 use crate::proof::{verify_chunk, VerifiedChunk};
@@ -65,9 +65,13 @@ impl<H: Hasher> Restore<H> {
         self.add_verified(chunk)
     }
 
-    /// Keeps a chunk already verified against this restore's root (for callers that
-    /// verify on other threads).
+    /// Keeps a chunk already verified (for callers that verify on other threads); one
+    /// verified against another root is refused.
     pub fn add_verified(&mut self, chunk: VerifiedChunk) -> Result<Progress, RestoreError> {
+        if chunk.root != self.root {
+            let index = chunk.index;
+            return Err(RestoreError::Invalid { index, source: ProofError::RootMismatch });
+        }
         let count = chunk.chunk_count;
         match self.shape {
             None => {

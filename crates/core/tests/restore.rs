@@ -117,6 +117,18 @@ fn bad_chunks_are_clear_errors_that_change_nothing() {
     assert!(r.add_chunk(1, b"not a chunk").is_err());
     assert!(r.add_chunk(1, &[]).is_err());
 
+    // A chunk verified against another root is refused by `add_verified`.
+    let elsewhere = bavl_core::verify_chunk::<Sha256>(
+        &foreign.root_hash(),
+        1,
+        &foreign.export_chunk(1).unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(
+        r.add_verified(elsewhere),
+        Err(RestoreError::Invalid { source: ProofError::RootMismatch, .. })
+    ));
+
     // None of that changed anything: one chunk held, the rest missing.
     assert_eq!(r.missing().count() as u64, m - 1);
     let mut partial = Restore::<Sha256>::new(root);
