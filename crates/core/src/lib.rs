@@ -39,6 +39,7 @@ pub mod hash;
 mod node;
 pub mod proof;
 mod restore;
+mod snapshot;
 mod tree;
 
 pub use error::{DecodeError, Error, InputError, ProofError, RestoreError};
@@ -50,7 +51,8 @@ pub use proof::{
     VerifiedMembership, VerifiedRange,
 };
 pub use restore::{Progress, Restore};
-pub use tree::{Iter, Snapshot, Tree, TreeStats};
+pub use snapshot::{Iter, Snapshot};
+pub use tree::{Tree, TreeStats};
 
 /// Longest key accepted, in bytes (keys are at least one byte).
 pub const MAX_KEY_LEN: usize = 1024;

@@ -18,6 +18,7 @@ use crate::chunk::{key_prefix, Chunk};
 use crate::error::InputError;
 use crate::hash::{root_hash, Digest, Hasher, Sha256, EMPTY_TOP};
 use crate::node::Node;
+use crate::snapshot::{Iter, Snapshot, View};
 use crate::{DEFAULT_CAPACITY, MAX_CAPACITY, MAX_KEY_LEN, MAX_VALUE_LEN, MIN_CAPACITY};
 
 /// An authenticated, ordered key-value map organised in self-verifiable chunks.
@@ -293,18 +294,15 @@ impl<H: Hasher> Tree<H> {
     /// the rehash, shares every node with the tree.
     pub fn snapshot(&mut self) -> Snapshot<H> {
         let root_hash = self.root_hash();
-        Snapshot { root: self.root.clone(), capacity: self.capacity, root_hash, _h: PhantomData }
+        Snapshot::new(self.root.clone(), self.capacity, root_hash)
     }
 
     /// Checks every invariant of the structure and of the cached hashes.
     pub fn check(&self) -> Result<(), String> {
-        match &self.root {
-            None => Ok(()),
-            Some(Node::Chunk(c)) if c.len() > 0 => {
-                Node::Chunk(c.clone()).check::<H>(self.capacity as usize, 1)
-            }
-            Some(r) => r.check::<H>(self.capacity as usize, self.min_fill()),
-        }
+        let Some(root) = &self.root else { return Ok(()) };
+        // A tree of one chunk may hold any number of keys from 1 up.
+        let floor = if root.chunk_count() == 1 { 1 } else { self.min_fill() };
+        root.check::<H>(self.capacity as usize, floor)
     }
 
     /// Chunk count and key count, and the payload bytes (keys plus values).
@@ -375,162 +373,5 @@ fn put(node: &mut Node, key: &[u8], prefix: u64, value: &[u8], cap: usize, index
             x.hash = None;
             r
         }
-    }
-}
-
-/// An immutable version of a tree: cheap to clone, safe to share between threads.
-pub struct Snapshot<H: Hasher = Sha256> {
-    pub(crate) root: Option<Node>,
-    pub(crate) capacity: u32,
-    root_hash: Digest,
-    _h: PhantomData<H>,
-}
-
-impl<H: Hasher> Clone for Snapshot<H> {
-    fn clone(&self) -> Self {
-        Snapshot {
-            root: self.root.clone(),
-            capacity: self.capacity,
-            root_hash: self.root_hash,
-            _h: PhantomData,
-        }
-    }
-}
-
-impl<H: Hasher> Snapshot<H> {
-    /// The root commitment of this version.
-    pub fn root_hash(&self) -> Digest {
-        self.root_hash
-    }
-    pub fn capacity(&self) -> u32 {
-        self.capacity
-    }
-    pub fn len(&self) -> u64 {
-        self.root.as_ref().map_or(0, Node::key_count)
-    }
-    pub fn is_empty(&self) -> bool {
-        self.root.is_none()
-    }
-    pub fn chunk_count(&self) -> u64 {
-        self.root.as_ref().map_or(0, Node::chunk_count)
-    }
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.view().get(key)
-    }
-    pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
-        self.view().range(lo, hi)
-    }
-    pub fn iter(&self) -> Iter<'_> {
-        self.range(Bound::Unbounded, Bound::Unbounded)
-    }
-    pub(crate) fn view(&self) -> View<'_> {
-        View { root: self.root.as_ref(), capacity: self.capacity }
-    }
-    /// A working tree starting from this version (O(1); copies on write).
-    pub fn to_tree(&self) -> Tree<H> {
-        Tree::from_root(self.root.clone(), self.capacity)
-    }
-}
-
-/// A read-only view shared by [`Tree`] and [`Snapshot`].
-#[derive(Clone, Copy)]
-pub(crate) struct View<'a> {
-    pub root: Option<&'a Node>,
-    pub capacity: u32,
-}
-
-impl<'a> View<'a> {
-    pub(crate) fn get(&self, key: &[u8]) -> Option<&'a [u8]> {
-        let (c, _, _) = self.root?.find(key);
-        c.search(key).ok().map(|i| c.value(i))
-    }
-
-    /// Global index of the first key not below `lo`.
-    pub(crate) fn lower_index(&self, lo: Bound<&[u8]>) -> u64 {
-        let Some(root) = self.root else { return 0 };
-        match lo {
-            Bound::Unbounded => 0,
-            Bound::Included(k) | Bound::Excluded(k) => {
-                let (c, _, before) = root.find(k);
-                let i = match (c.search(k), lo) {
-                    (Ok(i), Bound::Excluded(_)) => i + 1,
-                    (Ok(i), _) | (Err(i), _) => i,
-                };
-                before + i as u64
-            }
-        }
-    }
-
-    pub(crate) fn range(&self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
-        let start = self.lower_index(lo);
-        let mut it = Iter { root: self.root, chunk: None, chunk_index: 0, pos: 0, hi };
-        if let Some(root) = self.root {
-            if start < root.key_count() {
-                let (c, index, before) = locate(root, start);
-                it.chunk = Some(c);
-                it.chunk_index = index;
-                it.pos = (start - before) as usize;
-            }
-        }
-        it
-    }
-}
-
-/// The chunk holding global key index `k`, its index and the keys before it.
-pub(crate) fn locate(root: &Node, mut k: u64) -> (&Chunk, u64, u64) {
-    let mut n = root;
-    let (mut index, mut before) = (0, 0);
-    loop {
-        match n {
-            Node::Inner(x) => {
-                let lk = x.left.key_count();
-                if k < lk {
-                    n = &x.left;
-                } else {
-                    k -= lk;
-                    before += lk;
-                    index += x.left.chunk_count();
-                    n = &x.right;
-                }
-            }
-            Node::Chunk(c) => return (c, index, before),
-        }
-    }
-}
-
-/// Iterator over entries in key order.
-pub struct Iter<'a> {
-    root: Option<&'a Node>,
-    chunk: Option<&'a Chunk>,
-    chunk_index: u64,
-    pos: usize,
-    hi: Bound<&'a [u8]>,
-}
-
-impl<'a> Iterator for Iter<'a> {
-    type Item = (&'a [u8], &'a [u8]);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let c = self.chunk?;
-        let key = c.key(self.pos);
-        let inside = match self.hi {
-            Bound::Unbounded => true,
-            Bound::Included(h) => key <= h,
-            Bound::Excluded(h) => key < h,
-        };
-        if !inside {
-            self.chunk = None;
-            return None;
-        }
-        let item = (key, c.value(self.pos));
-        self.pos += 1;
-        if self.pos == c.len() {
-            self.pos = 0;
-            self.chunk_index += 1;
-            let root = self.root?;
-            self.chunk =
-                (self.chunk_index < root.chunk_count()).then(|| root.chunk_at(self.chunk_index).0);
-        }
-        Some(item)
     }
 }

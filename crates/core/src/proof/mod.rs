@@ -1,0 +1,209 @@
+//! Proofs and chunk encodings: one format, one verifier.
+//!
+//! Every proof is the tree with everything irrelevant pruned: a pre-order walk of the AVL
+//! nodes in which a subtree is either expanded or replaced by its hash and metadata, and in
+//! each expanded chunk a contiguous run of leaves is expanded inside the RFC 6962 shape,
+//! the rest replaced by hashes. Membership, absence and range proofs and exported chunks
+//! are this encoding with different runs expanded; `docs/design.md` gives the byte layout.
+//!
+//! This module writes proofs from a snapshot; [`verify`] reads them. The verifier takes
+//! only the trusted root and the bytes. It checks every length against the bytes left
+//! before using it, bounds recursion, allocates only in proportion to the input, and
+//! returns a `#[must_use]` value or a typed error — never panics.
+
+mod verify;
+
+pub use verify::{
+    proof_kind, verify_absence, verify_chunk, verify_membership, verify_range, VerifiedAbsence,
+    VerifiedChunk, VerifiedMembership, VerifiedRange,
+};
+
+use std::ops::Bound;
+
+use crate::chunk::{split_point, Chunk};
+use crate::codec::{put_bytes, put_varint};
+use crate::error::InputError;
+use crate::hash::{value_hash, Hasher, FORMAT_VERSION};
+use crate::node::Node;
+use crate::snapshot::{Snapshot, View};
+
+/// Proof kinds (second byte of every proof).
+pub mod kind {
+    pub const MEMBERSHIP: u8 = 1;
+    pub const RANGE: u8 = 2;
+    pub const CHUNK: u8 = 3;
+}
+
+pub(crate) const T_EMPTY: u8 = 0;
+pub(crate) const T_INNER: u8 = 1;
+pub(crate) const T_CHUNK: u8 = 2;
+pub(crate) const T_PRUNED: u8 = 3;
+pub(crate) const L_HASH: u8 = 0;
+pub(crate) const L_VALUE: u8 = 1;
+pub(crate) const L_SUBJECT: u8 = 2;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LeafKind {
+    Hash,
+    Value,
+    Subject,
+}
+
+struct Emitter<'a, H: Hasher, F: Fn(u64) -> LeafKind> {
+    out: Vec<u8>,
+    lo: u64,
+    hi: u64,
+    kind: F,
+    _v: std::marker::PhantomData<&'a H>,
+}
+
+impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
+    fn node(&mut self, node: &Node, offset: u64) {
+        let kc = node.key_count();
+        if offset + kc <= self.lo || offset >= self.hi {
+            self.out.push(T_PRUNED);
+            put_varint(&mut self.out, kc);
+            put_varint(&mut self.out, node.chunk_count());
+            self.out.extend_from_slice(&node.cached_hash().unwrap_or_default());
+            return;
+        }
+        match node {
+            Node::Inner(x) => {
+                self.out.extend_from_slice(&[T_INNER, x.height]);
+                self.node(&x.left, offset);
+                self.node(&x.right, offset + x.left.key_count());
+            }
+            Node::Chunk(c) => {
+                self.out.push(T_CHUNK);
+                let p = self.lo.saturating_sub(offset) as usize;
+                let e = (self.hi - offset).min(kc) as usize;
+                put_varint(&mut self.out, kc);
+                put_varint(&mut self.out, p as u64);
+                put_varint(&mut self.out, (e - p) as u64);
+                self.in_chunk(c, 0, c.len(), p, e, offset);
+            }
+        }
+    }
+
+    fn in_chunk(&mut self, c: &Chunk, a: usize, b: usize, p: usize, e: usize, offset: u64) {
+        if b <= p || a >= e {
+            let h = c.node_hash::<H>(a, b);
+            self.out.extend_from_slice(&h);
+        } else if b - a == 1 {
+            match (self.kind)(offset + a as u64) {
+                LeafKind::Subject => self.out.push(L_SUBJECT),
+                LeafKind::Hash => {
+                    self.out.push(L_HASH);
+                    put_bytes(&mut self.out, c.key(a));
+                    self.out.extend_from_slice(&value_hash::<H>(c.value(a)));
+                }
+                LeafKind::Value => {
+                    self.out.push(L_VALUE);
+                    put_bytes(&mut self.out, c.key(a));
+                    put_bytes(&mut self.out, c.value(a));
+                }
+            }
+        } else {
+            let k = split_point(b - a);
+            self.in_chunk(c, a, a + k, p, e, offset);
+            self.in_chunk(c, a + k, b, p, e, offset);
+        }
+    }
+}
+
+fn emit<H: Hasher>(
+    view: View<'_>,
+    proof_kind: u8,
+    lo: u64,
+    hi: u64,
+    kind: impl Fn(u64) -> LeafKind,
+) -> Vec<u8> {
+    let mut out = vec![FORMAT_VERSION, proof_kind];
+    put_varint(&mut out, u64::from(view.capacity));
+    let mut em = Emitter::<H, _> { out, lo, hi, kind, _v: Default::default() };
+    match view.root {
+        None => em.out.push(T_EMPTY),
+        Some(root) => em.node(root, 0),
+    }
+    em.out
+}
+
+pub(crate) fn below(k: &[u8], lo: Bound<&[u8]>) -> bool {
+    match lo {
+        Bound::Unbounded => false,
+        Bound::Included(a) => k < a,
+        Bound::Excluded(a) => k <= a,
+    }
+}
+
+pub(crate) fn above(k: &[u8], hi: Bound<&[u8]>) -> bool {
+    match hi {
+        Bound::Unbounded => false,
+        Bound::Included(b) => k > b,
+        Bound::Excluded(b) => k >= b,
+    }
+}
+
+pub(crate) fn inverted(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => a > b,
+        _ => false,
+    }
+}
+
+impl<H: Hasher> Snapshot<H> {
+    /// A proof that `key` is present with its current value; `None` if absent.
+    pub fn prove_membership(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let view = self.view();
+        let (c, _, before) = view.root?.find(key);
+        let i = before + c.search(key).ok()? as u64;
+        Some(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| LeafKind::Subject))
+    }
+
+    /// A proof that `key` is absent; `None` if present.
+    pub fn prove_absence(&self, key: &[u8]) -> Option<Vec<u8>> {
+        if self.get(key).is_some() {
+            return None;
+        }
+        self.prove_range(Bound::Included(key), Bound::Included(key)).ok()
+    }
+
+    /// A proof of every entry with a key within the bounds, nothing omitted.
+    pub fn prove_range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<Vec<u8>, InputError> {
+        if inverted(lo, hi) {
+            return Err(InputError::InvertedRange);
+        }
+        let view = self.view();
+        let n = self.len();
+        let s = view.lower_index(lo);
+        let e = match hi {
+            Bound::Unbounded => n,
+            Bound::Included(b) => view.lower_index(Bound::Excluded(b)),
+            Bound::Excluded(b) => view.lower_index(Bound::Included(b)),
+        };
+        // With `(Excluded(a), Excluded(a))` and `a` present, `a` lies below and above the
+        // empty range at once (`e < s`): `a` alone is the whole (canonical) proof.
+        let (plo, phi) =
+            if e < s { (s - 1, s) } else { (s.saturating_sub(1), if e < n { e + 1 } else { n }) };
+        Ok(emit::<H>(view, kind::RANGE, plo, phi, |i| {
+            if i >= s && i < e {
+                LeafKind::Value
+            } else {
+                LeafKind::Hash
+            }
+        }))
+    }
+
+    /// Chunk `i` with all its entries and the proof binding it to index `i`, the chunk
+    /// count and the root; `None` if there is no chunk `i`.
+    pub fn export_chunk(&self, i: u64) -> Option<Vec<u8>> {
+        let view = self.view();
+        let root = view.root?;
+        if i >= root.chunk_count() {
+            return None;
+        }
+        let (c, before) = root.chunk_at(i);
+        Some(emit::<H>(view, kind::CHUNK, before, before + c.len() as u64, |_| LeafKind::Value))
+    }
+}

@@ -1,0 +1,178 @@
+//! Immutable versions of a tree, and the read-only view and iterator that working trees
+//! and snapshots share.
+//!
+//! A [`Snapshot`] holds the root of a fully hashed tree; every node is shared with the
+//! tree it came from (copy-on-write), so taking one is O(1) and it can be read from other
+//! threads while the tree goes on changing.
+
+use std::marker::PhantomData;
+use std::ops::Bound;
+
+use crate::chunk::Chunk;
+use crate::hash::{Digest, Hasher, Sha256};
+use crate::node::Node;
+use crate::tree::Tree;
+
+/// An immutable version of a tree: cheap to clone, safe to share between threads.
+pub struct Snapshot<H: Hasher = Sha256> {
+    pub(crate) root: Option<Node>,
+    pub(crate) capacity: u32,
+    root_hash: Digest,
+    _h: PhantomData<H>,
+}
+
+impl<H: Hasher> Snapshot<H> {
+    /// Wraps a fully hashed root; `root_hash` must be its commitment.
+    pub(crate) fn new(root: Option<Node>, capacity: u32, root_hash: Digest) -> Self {
+        Snapshot { root, capacity, root_hash, _h: PhantomData }
+    }
+}
+
+impl<H: Hasher> Clone for Snapshot<H> {
+    fn clone(&self) -> Self {
+        Snapshot {
+            root: self.root.clone(),
+            capacity: self.capacity,
+            root_hash: self.root_hash,
+            _h: PhantomData,
+        }
+    }
+}
+
+impl<H: Hasher> Snapshot<H> {
+    /// The root commitment of this version.
+    pub fn root_hash(&self) -> Digest {
+        self.root_hash
+    }
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+    pub fn len(&self) -> u64 {
+        self.root.as_ref().map_or(0, Node::key_count)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.root.is_none()
+    }
+    pub fn chunk_count(&self) -> u64 {
+        self.root.as_ref().map_or(0, Node::chunk_count)
+    }
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.view().get(key)
+    }
+    pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
+        self.view().range(lo, hi)
+    }
+    pub fn iter(&self) -> Iter<'_> {
+        self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+    pub(crate) fn view(&self) -> View<'_> {
+        View { root: self.root.as_ref(), capacity: self.capacity }
+    }
+    /// A working tree starting from this version (O(1); copies on write).
+    pub fn to_tree(&self) -> Tree<H> {
+        Tree::from_root(self.root.clone(), self.capacity)
+    }
+}
+
+/// A read-only view shared by [`Tree`] and [`Snapshot`].
+#[derive(Clone, Copy)]
+pub(crate) struct View<'a> {
+    pub root: Option<&'a Node>,
+    pub capacity: u32,
+}
+
+impl<'a> View<'a> {
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&'a [u8]> {
+        let (c, _, _) = self.root?.find(key);
+        c.search(key).ok().map(|i| c.value(i))
+    }
+
+    /// Global index of the first key not below `lo`.
+    pub(crate) fn lower_index(&self, lo: Bound<&[u8]>) -> u64 {
+        let Some(root) = self.root else { return 0 };
+        match lo {
+            Bound::Unbounded => 0,
+            Bound::Included(k) | Bound::Excluded(k) => {
+                let (c, _, before) = root.find(k);
+                let i = match (c.search(k), lo) {
+                    (Ok(i), Bound::Excluded(_)) => i + 1,
+                    (Ok(i), _) | (Err(i), _) => i,
+                };
+                before + i as u64
+            }
+        }
+    }
+
+    pub(crate) fn range(&self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
+        let start = self.lower_index(lo);
+        let mut it = Iter { root: self.root, chunk: None, chunk_index: 0, pos: 0, hi };
+        if let Some(root) = self.root {
+            if start < root.key_count() {
+                let (c, index, before) = locate(root, start);
+                it.chunk = Some(c);
+                it.chunk_index = index;
+                it.pos = (start - before) as usize;
+            }
+        }
+        it
+    }
+}
+
+/// The chunk holding global key index `k`, its index and the keys before it.
+pub(crate) fn locate(root: &Node, mut k: u64) -> (&Chunk, u64, u64) {
+    let mut n = root;
+    let (mut index, mut before) = (0, 0);
+    loop {
+        match n {
+            Node::Inner(x) => {
+                let lk = x.left.key_count();
+                if k < lk {
+                    n = &x.left;
+                } else {
+                    k -= lk;
+                    before += lk;
+                    index += x.left.chunk_count();
+                    n = &x.right;
+                }
+            }
+            Node::Chunk(c) => return (c, index, before),
+        }
+    }
+}
+
+/// Iterator over entries in key order.
+pub struct Iter<'a> {
+    root: Option<&'a Node>,
+    chunk: Option<&'a Chunk>,
+    chunk_index: u64,
+    pos: usize,
+    hi: Bound<&'a [u8]>,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let c = self.chunk?;
+        let key = c.key(self.pos);
+        let inside = match self.hi {
+            Bound::Unbounded => true,
+            Bound::Included(h) => key <= h,
+            Bound::Excluded(h) => key < h,
+        };
+        if !inside {
+            self.chunk = None;
+            return None;
+        }
+        let item = (key, c.value(self.pos));
+        self.pos += 1;
+        if self.pos == c.len() {
+            self.pos = 0;
+            self.chunk_index += 1;
+            let root = self.root?;
+            self.chunk =
+                (self.chunk_index < root.chunk_count()).then(|| root.chunk_at(self.chunk_index).0);
+        }
+        Some(item)
+    }
+}
