@@ -213,12 +213,10 @@ impl Chunk {
     /// Removes the first `k` entries and returns them as a chunk. Positions shift, so the
     /// entries kept are rehashed above the leaves.
     pub(crate) fn split_off_front(&mut self, k: usize) -> Chunk {
-        let base = self.koff[k];
         let mut rest = self.split_off_back(self.len() - k);
         rest.clean_prefix = 0;
+        // `rest` now becomes the front; `self` the back, with offsets already rebased.
         std::mem::swap(self, &mut rest);
-        // `rest` now holds the front; `self` the back, with offsets already rebased.
-        debug_assert_eq!(rest.kbuf.len(), base as usize);
         rest
     }
 
@@ -338,8 +336,11 @@ impl Chunk {
         {
             return Err("chunk arrays out of step".into());
         }
-        for i in 1..self.len() {
-            if self.key(i - 1) >= self.key(i) {
+        for i in 0..self.len() {
+            if self.prefixes[i] != key_prefix(self.key(i)) {
+                return Err(format!("cached key prefix stale at {i}"));
+            }
+            if i > 0 && self.key(i - 1) >= self.key(i) {
                 return Err(format!("chunk keys not strictly increasing at {i}"));
             }
         }

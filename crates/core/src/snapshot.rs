@@ -47,14 +47,17 @@ impl<H: Hasher> Snapshot<H> {
     pub fn capacity(&self) -> u32 {
         self.capacity
     }
+    /// Number of keys.
     pub fn len(&self) -> u64 {
-        self.root.as_ref().map_or(0, Node::key_count)
+        self.view().len()
     }
+    /// Whether this version holds no key.
     pub fn is_empty(&self) -> bool {
         self.root.is_none()
     }
+    /// Number of chunks.
     pub fn chunk_count(&self) -> u64 {
-        self.root.as_ref().map_or(0, Node::chunk_count)
+        self.view().chunk_count()
     }
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.view().get(key)
@@ -82,6 +85,14 @@ pub(crate) struct View<'a> {
 }
 
 impl<'a> View<'a> {
+    pub(crate) fn len(&self) -> u64 {
+        self.root.map_or(0, Node::key_count)
+    }
+
+    pub(crate) fn chunk_count(&self) -> u64 {
+        self.root.map_or(0, Node::chunk_count)
+    }
+
     pub(crate) fn get(&self, key: &[u8]) -> Option<&'a [u8]> {
         let (c, _, _) = self.root?.find(key);
         c.search(key).ok().map(|i| c.value(i))

@@ -112,7 +112,7 @@ impl<H: Hasher> Tree<H> {
 
     /// Number of keys.
     pub fn len(&self) -> u64 {
-        self.root.as_ref().map_or(0, Node::key_count)
+        self.view().len()
     }
 
     /// Whether the tree holds no key.
@@ -122,7 +122,7 @@ impl<H: Hasher> Tree<H> {
 
     /// Number of chunks.
     pub fn chunk_count(&self) -> u64 {
-        self.root.as_ref().map_or(0, Node::chunk_count)
+        self.view().chunk_count()
     }
 
     /// The value of `key`, if present.

@@ -441,8 +441,3 @@ pub fn verify_chunk<H: Hasher>(
         chunk,
     })
 }
-
-/// Which kind a proof says it is, for tools that accept any proof.
-pub fn proof_kind(proof: &[u8]) -> Option<u8> {
-    proof.get(1).copied()
-}
