@@ -104,47 +104,53 @@ impl Node {
         }
     }
 
-    /// The chunk with index `i` and the number of keys before it.
-    pub(crate) fn chunk_at(&self, mut i: u64) -> (&Chunk, u64) {
+    /// Walks down to a chunk, going left wherever `left` says so; returns the chunk, its
+    /// index and the number of keys before it. Every search is this walk.
+    #[inline]
+    fn descend(&self, mut left: impl FnMut(&Inner) -> bool) -> (&Chunk, u64, u64) {
         let mut n = self;
-        let mut before = 0;
+        let (mut index, mut before) = (0, 0);
         loop {
             match n {
+                Node::Inner(x) if left(x) => n = &x.left,
                 Node::Inner(x) => {
-                    let lc = x.left.chunk_count();
-                    if i < lc {
-                        n = &x.left;
-                    } else {
-                        i -= lc;
-                        before += x.left.key_count();
-                        n = &x.right;
-                    }
+                    index += x.left.chunk_count();
+                    before += x.left.key_count();
+                    n = &x.right;
                 }
-                Node::Chunk(c) => return (c, before),
+                Node::Chunk(c) => return (c, index, before),
             }
         }
+    }
+
+    /// The chunk with index `i` and the number of keys before it.
+    pub(crate) fn chunk_at(&self, mut i: u64) -> (&Chunk, u64) {
+        let (c, _, before) = self.descend(|x| {
+            let lc = x.left.chunk_count();
+            i < lc || {
+                i -= lc;
+                false
+            }
+        });
+        (c, before)
+    }
+
+    /// The chunk holding key number `k` (by order), its index and the keys before it.
+    pub(crate) fn locate(&self, mut k: u64) -> (&Chunk, u64, u64) {
+        self.descend(|x| {
+            let lk = x.left.key_count();
+            k < lk || {
+                k -= lk;
+                false
+            }
+        })
     }
 
     /// The chunk that holds or would hold `key`, its index and the keys before it.
     #[inline]
     pub(crate) fn find(&self, key: &[u8]) -> (&Chunk, u64, u64) {
-        let mut n = self;
-        let (mut index, mut before) = (0, 0);
         let p = key_prefix(key);
-        loop {
-            match n {
-                Node::Inner(x) => {
-                    if x.goes_left(key, p) {
-                        n = &x.left;
-                    } else {
-                        index += x.left.chunk_count();
-                        before += x.left.key_count();
-                        n = &x.right;
-                    }
-                }
-                Node::Chunk(c) => return (c, index, before),
-            }
-        }
+        self.descend(|x| x.goes_left(key, p))
     }
 
     /// Applies `f` to chunk `i`, keeping counts and separators right on the way back up.
@@ -401,22 +407,9 @@ impl Node {
     }
 
     /// Key number `i` of the subtree (by order).
-    pub(crate) fn key(&self, mut i: u64) -> &[u8] {
-        let mut n = self;
-        loop {
-            match n {
-                Node::Inner(x) => {
-                    let lk = x.left.key_count();
-                    if i < lk {
-                        n = &x.left;
-                    } else {
-                        i -= lk;
-                        n = &x.right;
-                    }
-                }
-                Node::Chunk(c) => return c.key(i as usize),
-            }
-        }
+    pub(crate) fn key(&self, i: u64) -> &[u8] {
+        let (c, _, before) = self.locate(i);
+        c.key((i - before) as usize)
     }
 }
 

@@ -119,35 +119,13 @@ impl<'a> View<'a> {
         let mut it = Iter { root: self.root, chunk: None, chunk_index: 0, pos: 0, hi };
         if let Some(root) = self.root {
             if start < root.key_count() {
-                let (c, index, before) = locate(root, start);
+                let (c, index, before) = root.locate(start);
                 it.chunk = Some(c);
                 it.chunk_index = index;
                 it.pos = (start - before) as usize;
             }
         }
         it
-    }
-}
-
-/// The chunk holding global key index `k`, its index and the keys before it.
-pub(crate) fn locate(root: &Node, mut k: u64) -> (&Chunk, u64, u64) {
-    let mut n = root;
-    let (mut index, mut before) = (0, 0);
-    loop {
-        match n {
-            Node::Inner(x) => {
-                let lk = x.left.key_count();
-                if k < lk {
-                    n = &x.left;
-                } else {
-                    k -= lk;
-                    before += lk;
-                    index += x.left.chunk_count();
-                    n = &x.right;
-                }
-            }
-            Node::Chunk(c) => return (c, index, before),
-        }
     }
 }
 
