@@ -1,0 +1,166 @@
+//! Checkpoint files: one retained version written whole, as its self-verifiable chunks.
+//!
+//! A checkpoint is the exported chunks of a snapshot (`Snapshot::export_chunk`, each
+//! carrying its proof against the root), framed by a header and a trailer. Reading one
+//! back verifies every chunk against the root in the header and rebuilds the identical
+//! tree with `Restore`, so any damage is detected, whatever bytes it hits. Byte layout:
+//! `docs/design.md` §7.3.
+
+use std::io::{self, BufWriter, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bavl_core::{Digest, Restore, Sha256, Snapshot, Tree};
+
+use crate::backend::Backend;
+use crate::error::{IoContext, StoreError};
+use crate::meta::{checkpoint_name, TMP_SUFFIX};
+
+const MAGIC: &[u8; 8] = b"BAVLCKP1";
+const END_MAGIC: &[u8; 8] = b"BAVLEND1";
+const HEADER_LEN: usize = 8 + 8 + 32 + 4 + 8 + 8 + 4;
+const TRAILER_LEN: usize = 8 + 8 + 4;
+
+/// What writing a checkpoint did.
+#[derive(Debug, Clone)]
+pub struct CheckpointReport {
+    pub version: u64,
+    pub root: Digest,
+    pub chunks: u64,
+    pub bytes: u64,
+    pub elapsed: Duration,
+}
+
+/// Writes `snap` as the checkpoint of `version`: to a temporary file, synced, then
+/// renamed into place. If `stop` becomes true the write is abandoned (`Ok(None)`).
+pub fn write(
+    backend: &dyn Backend,
+    version: u64,
+    snap: &Snapshot,
+    stop: &AtomicBool,
+) -> Result<Option<CheckpointReport>, StoreError> {
+    let start = Instant::now();
+    let name = checkpoint_name(version);
+    let tmp = format!("{name}{TMP_SUFFIX}");
+    let file = backend.create(&tmp).ctx(|| format!("creating {tmp}"))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let count = snap.chunk_count();
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&version.to_le_bytes());
+    header.extend_from_slice(&snap.root_hash());
+    header.extend_from_slice(&snap.capacity().to_le_bytes());
+    header.extend_from_slice(&snap.len().to_le_bytes());
+    header.extend_from_slice(&count.to_le_bytes());
+    let crc = crc32fast::hash(&header);
+    header.extend_from_slice(&crc.to_le_bytes());
+    let werr = |e: io::Error| StoreError::io(format!("writing {tmp}"), e);
+    w.write_all(&header).map_err(werr)?;
+    let mut bytes = header.len() as u64;
+    for i in 0..count {
+        if stop.load(Ordering::Relaxed) {
+            drop(w);
+            let _ = backend.remove(&tmp);
+            return Ok(None);
+        }
+        let chunk = snap.export_chunk(i).expect("index below the chunk count");
+        w.write_all(&(chunk.len() as u32).to_le_bytes()).map_err(werr)?;
+        w.write_all(&chunk).map_err(werr)?;
+        bytes += 4 + chunk.len() as u64;
+    }
+    let mut trailer = END_MAGIC.to_vec();
+    trailer.extend_from_slice(&count.to_le_bytes());
+    let crc = crc32fast::hash(&trailer);
+    trailer.extend_from_slice(&crc.to_le_bytes());
+    w.write_all(&trailer).map_err(werr)?;
+    bytes += trailer.len() as u64;
+    let mut file = w.into_inner().map_err(|e| werr(e.into_error()))?;
+    file.sync().ctx(|| format!("syncing {tmp}"))?;
+    drop(file);
+    backend.rename(&tmp, &name).ctx(|| format!("renaming {tmp} to {name}"))?;
+    backend.sync_dir().ctx(|| format!("syncing the directory after writing {name}"))?;
+    Ok(Some(CheckpointReport {
+        version,
+        root: snap.root_hash(),
+        chunks: count,
+        bytes,
+        elapsed: start.elapsed(),
+    }))
+}
+
+/// The header of a checkpoint file.
+#[derive(Debug, Clone, Copy)]
+pub struct Header {
+    pub version: u64,
+    pub root: Digest,
+    pub capacity: u32,
+    pub keys: u64,
+    pub chunks: u64,
+}
+
+/// Reads and verifies the checkpoint `name`, rebuilding its tree. Every chunk is checked
+/// against the header's root; any mismatch, truncation or malformation is `Corrupted`.
+pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreError> {
+    let len = backend.file_len(name).ctx(|| format!("reading {name}"))?;
+    let r = backend.open_read(name).ctx(|| format!("opening {name}"))?;
+    let mut r = io::BufReader::with_capacity(1 << 20, r);
+    let corrupt = |offset: u64, what: &str| StoreError::corrupted(name, offset, what.to_string());
+    let mut read_exact = |buf: &mut [u8], offset: u64| -> Result<(), StoreError> {
+        r.read_exact(buf).map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => corrupt(offset, "file ends early (truncated)"),
+            _ => StoreError::io(format!("reading {name}"), e),
+        })
+    };
+    let mut h = [0u8; HEADER_LEN];
+    read_exact(&mut h, 0)?;
+    if &h[..8] != MAGIC {
+        return Err(corrupt(0, "bad checkpoint magic"));
+    }
+    if crc32fast::hash(&h[..HEADER_LEN - 4]).to_le_bytes() != h[HEADER_LEN - 4..] {
+        return Err(corrupt(HEADER_LEN as u64 - 4, "checkpoint header checksum mismatch"));
+    }
+    let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8"));
+    let header = Header {
+        version: u64_at(8),
+        root: h[16..48].try_into().expect("32"),
+        capacity: u32::from_le_bytes(h[48..52].try_into().expect("4")),
+        keys: u64_at(52),
+        chunks: u64_at(60),
+    };
+    let mut restore = Restore::<Sha256>::new(header.root);
+    let mut offset = HEADER_LEN as u64;
+    let mut chunk = Vec::new();
+    for i in 0..header.chunks {
+        let mut l = [0u8; 4];
+        read_exact(&mut l, offset)?;
+        let clen = u32::from_le_bytes(l) as u64;
+        if clen > len.saturating_sub(offset + 4) {
+            return Err(corrupt(offset, "chunk length runs past the end of the file"));
+        }
+        chunk.resize(clen as usize, 0);
+        read_exact(&mut chunk, offset + 4)?;
+        restore
+            .add_chunk(i, &chunk)
+            .map_err(|e| corrupt(offset + 4, &format!("chunk {i}: {e}")))?;
+        offset += 4 + clen;
+    }
+    let mut t = [0u8; TRAILER_LEN];
+    read_exact(&mut t, offset)?;
+    if &t[..8] != END_MAGIC
+        || t[8..16] != header.chunks.to_le_bytes()
+        || crc32fast::hash(&t[..16]).to_le_bytes() != t[16..]
+    {
+        return Err(corrupt(offset, "bad checkpoint trailer"));
+    }
+    if offset + TRAILER_LEN as u64 != len {
+        return Err(corrupt(offset + TRAILER_LEN as u64, "bytes after the trailer"));
+    }
+    let mut tree = restore
+        .finish(header.capacity)
+        .map_err(|e| corrupt(HEADER_LEN as u64, &format!("rebuilding: {e}")))?;
+    if tree.capacity() != header.capacity || tree.len() != header.keys {
+        return Err(corrupt(0, "header's capacity or key count differs from the chunks"));
+    }
+    debug_assert_eq!(tree.root_hash(), header.root);
+    Ok((header, tree))
+}

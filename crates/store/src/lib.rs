@@ -1,0 +1,497 @@
+//! # bavl-store
+//!
+//! The durable, versioned bavl store: a [`bavl_core::Tree`] whose every `commit()` is a
+//! durable, immutable version. Retained versions are [`Snapshot`]s sharing unchanged
+//! chunks (copy-on-write), so reading, proving and exporting any of them from other
+//! threads costs O(1) to start and never pauses commits.
+//!
+//! On disk (a [`Backend`], by default a directory):
+//! - a **write-ahead log** with one record per version — that version's operations and
+//!   its root — appended and `fdatasync`ed before `commit()` returns, so a random update
+//!   writes about the size of the key and value, not whole chunks;
+//! - **checkpoints**: a retained version written whole, as its self-verifiable chunks, by
+//!   a background thread from an O(1) snapshot while blocks keep committing. A finished
+//!   checkpoint lets the log segments before it be deleted.
+//!
+//! Opening reads the newest checkpoint (verifying every chunk against its root), replays
+//! the log after it (checking every recorded root), discards a record cut short by a
+//! crash, and reports any other damage as [`StoreError::Corrupted`]. The live state and
+//! the retained versions are held in memory. Formats and reasons: `docs/design.md` §7.
+//!
+//! ```
+//! use bavl_store::{Options, Store};
+//! let dir = std::env::temp_dir().join(format!("bavl-doc-{}", std::process::id()));
+//! let mut store = Store::open(&dir, Options::default())?;
+//! store.insert(b"alice", b"10")?;
+//! let (v1, root1) = store.commit()?;
+//! store.insert(b"alice", b"7")?;
+//! store.commit()?;
+//! // Version 1 is still readable, and provable against its root.
+//! let old = store.snapshot(v1)?;
+//! assert_eq!(old.get(b"alice"), Some(&b"10"[..]));
+//! let proof = old.prove_membership(b"alice").unwrap();
+//! bavl_core::verify_membership::<bavl_core::Sha256>(&root1, b"alice", b"10", &proof).unwrap();
+//! drop(store);
+//! let store = Store::open(&dir, Options::default())?; // the same versions come back
+//! assert_eq!(store.get(b"alice"), Some(&b"7"[..]));
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), bavl_store::StoreError>(())
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod check;
+pub mod checkpoint;
+mod error;
+pub mod meta;
+mod open;
+pub mod wal;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use backend::{Backend, DirBackend, FaultyBackend, WriteFile};
+use bavl_core::{Digest, Snapshot, Tree};
+pub use checkpoint::CheckpointReport;
+use error::IoContext;
+pub use error::StoreError;
+use meta::{checkpoint_name, classify, wal_name, FileKind};
+pub use open::Recovery;
+
+/// When the store writes checkpoints by itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CheckpointPolicy {
+    /// Only when [`Store::checkpoint`] is called.
+    Manual,
+    /// When the log written since the last checkpoint exceeds both `min_log_bytes` and
+    /// `log_ratio` times the size of the last checkpoint. The log's disk use and the
+    /// replay work on open stay proportional to the state's size.
+    Auto { log_ratio: f64, min_log_bytes: u64 },
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Chunk capacity of a new store (`None`: the default). An existing store keeps its
+    /// own; asking for another is an error.
+    pub capacity: Option<u32>,
+    /// How many of the newest versions stay readable (at least 1).
+    pub keep_recent: u64,
+    pub checkpoint: CheckpointPolicy,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            capacity: None,
+            keep_recent: 4,
+            checkpoint: CheckpointPolicy::Auto { log_ratio: 1.0, min_log_bytes: 64 << 20 },
+        }
+    }
+}
+
+/// Timing of the last commit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommitTiming {
+    /// Operations in the version.
+    pub ops: u32,
+    /// Rehashing the changed part of the tree.
+    pub hash: Duration,
+    /// Appending the log record and syncing it.
+    pub persist: Duration,
+    /// Bytes appended to the log.
+    pub log_bytes: u64,
+}
+
+/// Counters and sizes, for `bavl stats` and the benchmarks.
+#[derive(Debug, Clone, Default)]
+pub struct StoreStats {
+    pub head: u64,
+    pub head_root: Digest,
+    pub oldest_retained: u64,
+    pub retained: u64,
+    pub keys: u64,
+    pub chunks: u64,
+    pub capacity: u32,
+    pub space_efficiency: f64,
+    /// Bytes appended to the log since open.
+    pub log_bytes_written: u64,
+    /// Bytes of checkpoints written since open.
+    pub checkpoint_bytes_written: u64,
+    pub checkpoints_written: u64,
+    /// Operations committed since open.
+    pub ops_committed: u64,
+    /// The store's files and their sizes.
+    pub files: Vec<(String, u64)>,
+    pub disk_bytes: u64,
+    /// The newest finished checkpoint's version.
+    pub last_checkpoint: Option<u64>,
+    pub checkpoint_running: Option<u64>,
+}
+
+struct Job {
+    version: u64,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Result<Option<CheckpointReport>, StoreError>>,
+}
+
+/// A durable, versioned key-value store. See the crate documentation.
+pub struct Store {
+    backend: Arc<dyn Backend>,
+    opts: Options,
+    tree: Tree,
+    head: u64,
+    head_root: Digest,
+    versions: BTreeMap<u64, Snapshot>,
+    record: wal::RecordBuf,
+    wal: Box<dyn WriteFile>,
+    wal_first: u64,
+    log_since_checkpoint: u64,
+    last_checkpoint: Option<(u64, u64)>,
+    job: Option<Job>,
+    poisoned: Option<String>,
+    timing: CommitTiming,
+    stats: StoreStats,
+    recovery: Recovery,
+}
+
+impl Store {
+    /// Opens the store in directory `dir`, creating it if it does not exist.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store, StoreError> {
+        let dir = dir.as_ref();
+        let backend =
+            DirBackend::open(dir).ctx(|| format!("opening the store at {}", dir.display()))?;
+        Self::open_backend(Arc::new(backend), opts)
+    }
+
+    /// Opens a store on any backend (for example a [`FaultyBackend`]).
+    pub fn open_backend(backend: Arc<dyn Backend>, opts: Options) -> Result<Store, StoreError> {
+        if opts.keep_recent == 0 {
+            return Err(StoreError::InvalidOption("keep_recent must be at least 1".into()));
+        }
+        let o = open::recover(&*backend, &opts, false)?;
+        let mut store = Store {
+            backend,
+            tree: o.tree,
+            head: o.head,
+            head_root: o.head_root,
+            versions: o.versions,
+            record: wal::RecordBuf::default(),
+            wal: o.wal.expect("opened for writing"),
+            wal_first: o.wal_first,
+            log_since_checkpoint: o.log_since_checkpoint,
+            last_checkpoint: o.last_checkpoint,
+            job: None,
+            poisoned: None,
+            timing: CommitTiming::default(),
+            stats: StoreStats::default(),
+            recovery: o.recovery,
+            opts,
+        };
+        store.retain();
+        Ok(store)
+    }
+
+    /// What opening found and did.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// The last committed version (0 for a new store).
+    pub fn version(&self) -> u64 {
+        self.head
+    }
+
+    /// The root of the last committed version.
+    pub fn root(&self) -> Digest {
+        self.head_root
+    }
+
+    /// The chunk capacity of the store.
+    pub fn capacity(&self) -> u32 {
+        self.tree.capacity()
+    }
+
+    /// Reads the working state (committed versions plus uncommitted changes).
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.tree.get(key)
+    }
+
+    /// The working state, read-only (for iteration).
+    pub fn working(&self) -> &Tree {
+        &self.tree
+    }
+
+    /// Inserts or replaces `key`; true if the key is new. Durable at the next commit.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
+        self.writable()?;
+        self.record.check_room(key, value.len())?;
+        let new = self.tree.insert(key, value)?;
+        self.record.put(key, value);
+        Ok(new)
+    }
+
+    /// Removes `key`, returning its value. Durable at the next commit.
+    pub fn remove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.writable()?;
+        self.record.check_room(key, 0)?;
+        let old = self.tree.remove(key);
+        if old.is_some() {
+            self.record.delete(key);
+        }
+        Ok(old)
+    }
+
+    /// Makes the changes since the last commit a new, durable, immutable version and
+    /// returns its number and root. When this returns, the version survives a crash.
+    pub fn commit(&mut self) -> Result<(u64, Digest), StoreError> {
+        self.writable()?;
+        self.poll_checkpoint()?;
+        let version = self.head + 1;
+        let t0 = Instant::now();
+        let root = self.tree.root_hash();
+        let t1 = Instant::now();
+        let ops = self.record.ops();
+        let bytes = self.record.seal(version, &root);
+        let log_bytes = bytes.len() as u64;
+        if let Err(e) = self.wal.write_all(bytes).and_then(|()| self.wal.sync()) {
+            let err = StoreError::io(format!("appending version {version} to the log"), e);
+            self.poisoned = Some(err.to_string());
+            return Err(err);
+        }
+        self.timing = CommitTiming { ops, hash: t1 - t0, persist: t1.elapsed(), log_bytes };
+        self.record.clear();
+        self.stats.log_bytes_written += log_bytes;
+        self.stats.ops_committed += ops as u64;
+        self.log_since_checkpoint += log_bytes;
+        self.head = version;
+        self.head_root = root;
+        self.versions.insert(version, self.tree.snapshot());
+        self.retain();
+        if let CheckpointPolicy::Auto { log_ratio, min_log_bytes } = self.opts.checkpoint {
+            let last = self.last_checkpoint.map_or(0, |(_, bytes)| bytes);
+            let due = (log_ratio * last as f64) as u64;
+            if self.job.is_none() && self.log_since_checkpoint >= due.max(min_log_bytes) {
+                self.checkpoint()?;
+            }
+        }
+        Ok((version, root))
+    }
+
+    /// Timing of the last commit.
+    pub fn last_commit_timing(&self) -> CommitTiming {
+        self.timing
+    }
+
+    /// The retained version `version`: an O(1) snapshot that other threads may read,
+    /// prove and export while commits go on.
+    pub fn snapshot(&self, version: u64) -> Result<Snapshot, StoreError> {
+        self.versions.get(&version).cloned().ok_or_else(|| StoreError::UnknownVersion {
+            version,
+            oldest: self.oldest_retained(),
+            newest: self.head,
+        })
+    }
+
+    /// The last committed version as a snapshot.
+    pub fn latest(&self) -> Snapshot {
+        self.versions[&self.head].clone()
+    }
+
+    /// The retained versions, oldest first.
+    pub fn versions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.versions.keys().copied()
+    }
+
+    fn oldest_retained(&self) -> u64 {
+        self.versions.keys().next().copied().unwrap_or(self.head)
+    }
+
+    /// Drops every retained version older than `version` (never the newest). Their
+    /// memory is released when no snapshot of them is held elsewhere; their log records
+    /// are deleted once a later checkpoint finishes.
+    pub fn prune(&mut self, version: u64) {
+        let keep = version.min(self.head);
+        while let Some(entry) = self.versions.first_entry() {
+            if *entry.key() >= keep {
+                break;
+            }
+            entry.remove();
+        }
+    }
+
+    fn retain(&mut self) {
+        let floor = self.head.saturating_sub(self.opts.keep_recent - 1);
+        self.prune(floor);
+    }
+
+    /// Starts writing a checkpoint of the oldest retained version in the background,
+    /// unless one is running. Returns the version being checkpointed, or `None`.
+    pub fn checkpoint(&mut self) -> Result<Option<u64>, StoreError> {
+        self.writable()?;
+        self.poll_checkpoint()?;
+        if self.job.is_some() {
+            return Ok(None);
+        }
+        let version = self.oldest_retained();
+        let snap = self.versions[&version].clone();
+        // Later versions go to a new segment, so the old ones can be deleted once the
+        // checkpoint is durable.
+        if self.wal_first != self.head + 1 {
+            if let Err(e) = self.rotate() {
+                self.poisoned = Some(e.to_string());
+                return Err(e);
+            }
+        }
+        let head = self.head;
+        let stop = Arc::new(AtomicBool::new(false));
+        let backend = self.backend.clone();
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("bavl-checkpoint".into())
+            .spawn(move || {
+                let report = checkpoint::write(&*backend, version, &snap, &flag)?;
+                if report.is_some() {
+                    meta::write_head(&*backend, head)?;
+                    delete_obsolete(&*backend, version)?;
+                }
+                Ok(report)
+            })
+            .map_err(|e| StoreError::io("starting the checkpoint thread", e))?;
+        self.log_since_checkpoint = 0;
+        self.job = Some(Job { version, stop, handle });
+        Ok(Some(version))
+    }
+
+    /// Waits for the running checkpoint, if any, and returns its report.
+    pub fn wait_checkpoint(&mut self) -> Result<Option<CheckpointReport>, StoreError> {
+        let Some(job) = self.job.take() else { return Ok(None) };
+        self.finish_job(job)
+    }
+
+    fn poll_checkpoint(&mut self) -> Result<(), StoreError> {
+        if self.job.as_ref().is_some_and(|j| j.handle.is_finished()) {
+            self.wait_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    fn finish_job(&mut self, job: Job) -> Result<Option<CheckpointReport>, StoreError> {
+        let result = job.handle.join().unwrap_or_else(|_| {
+            Err(StoreError::Poisoned(format!("the checkpoint of version {} panicked", job.version)))
+        });
+        match result {
+            Ok(Some(report)) => {
+                self.last_checkpoint = Some((report.version, report.bytes));
+                self.stats.checkpoint_bytes_written += report.bytes;
+                self.stats.checkpoints_written += 1;
+                Ok(Some(report))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                // What the failed write left on disk is uncertain (fsync failure
+                // semantics): refuse writes until reopened.
+                self.poisoned = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    fn rotate(&mut self) -> Result<(), StoreError> {
+        let first = self.head + 1;
+        let name = wal_name(first);
+        let mut f = self.backend.create(&name).ctx(|| format!("creating {name}"))?;
+        f.write_all(&wal::segment_header(first, self.tree.capacity()))
+            .and_then(|()| f.sync())
+            .ctx(|| format!("writing {name}"))?;
+        self.backend.sync_dir().ctx(|| format!("syncing the directory after creating {name}"))?;
+        self.wal = f;
+        self.wal_first = first;
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        match &self.poisoned {
+            Some(why) => Err(StoreError::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Counters, sizes and the files on disk.
+    pub fn stats(&self) -> Result<StoreStats, StoreError> {
+        let mut s = self.stats.clone();
+        let tree = self.tree.stats();
+        s.head = self.head;
+        s.head_root = self.head_root;
+        s.oldest_retained = self.oldest_retained();
+        s.retained = self.versions.len() as u64;
+        s.keys = self.versions[&self.head].len();
+        s.chunks = self.versions[&self.head].chunk_count();
+        s.capacity = self.tree.capacity();
+        s.space_efficiency = tree.space_efficiency();
+        s.last_checkpoint = self.last_checkpoint.map(|(v, _)| v);
+        s.checkpoint_running = self.job.as_ref().map(|j| j.version);
+        let mut names = self.backend.list().ctx(|| "listing the store".into())?;
+        names.sort();
+        for name in names {
+            let len = self.backend.file_len(&name).ctx(|| format!("reading {name}"))?;
+            s.disk_bytes += len;
+            s.files.push((name, len));
+        }
+        Ok(s)
+    }
+
+    /// Waits for a running checkpoint, records the durable head and closes the store.
+    /// Dropping the store instead abandons a running checkpoint (which is safe).
+    pub fn close(mut self) -> Result<(), StoreError> {
+        self.wait_checkpoint()?;
+        if self.poisoned.is_none() {
+            meta::write_head(&*self.backend, self.head)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            job.stop.store(true, Ordering::Relaxed);
+            let _ = job.handle.join();
+        }
+    }
+}
+
+/// Deletes checkpoints older than `version` and log segments holding only versions up
+/// to `version`, once the checkpoint of `version` is durable.
+fn delete_obsolete(backend: &dyn Backend, version: u64) -> Result<(), StoreError> {
+    let names = backend.list().ctx(|| "listing the store".into())?;
+    let mut segments: Vec<u64> = Vec::new();
+    let mut doomed = Vec::new();
+    for name in names {
+        match classify(&name) {
+            FileKind::Checkpoint(v) if v < version => doomed.push(name),
+            FileKind::Wal(first) => segments.push(first),
+            _ => {}
+        }
+    }
+    segments.sort_unstable();
+    for pair in segments.windows(2) {
+        // A segment ends where the next begins.
+        if pair[1] - 1 <= version {
+            doomed.push(wal_name(pair[0]));
+        }
+    }
+    if doomed.is_empty() {
+        return Ok(());
+    }
+    for name in &doomed {
+        backend.remove(name).ctx(|| format!("deleting {name}"))?;
+    }
+    backend.sync_dir().ctx(|| "syncing the directory after deleting old files".into())?;
+    debug_assert!(!doomed.contains(&checkpoint_name(version)));
+    Ok(())
+}

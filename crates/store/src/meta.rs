@@ -1,0 +1,150 @@
+//! File names, the small framed files (`bavl.meta`, `HEAD`) and atomic replacement.
+
+use std::io::Read;
+
+use crate::backend::Backend;
+use crate::error::{IoContext, StoreError};
+
+/// The store's metadata file: format, hash function and chunk capacity.
+pub const META_FILE: &str = "bavl.meta";
+/// The durable-version marker (see `docs/design.md` §7.4).
+pub const HEAD_FILE: &str = "HEAD";
+/// Suffix of files being written; left-over ones are deleted on open.
+pub const TMP_SUFFIX: &str = ".tmp";
+
+const META_MAGIC: &[u8; 8] = b"BAVLMETA";
+const HEAD_MAGIC: &[u8; 8] = b"BAVLHEAD";
+/// On-disk format of the store's files.
+pub const STORE_FORMAT: u32 = 1;
+/// Hash function identifier: SHA-256.
+pub const HASH_SHA256: u8 = 1;
+
+/// Name of the log segment whose first record is `first_version`.
+pub fn wal_name(first_version: u64) -> String {
+    format!("wal-{first_version:020}.log")
+}
+/// Name of the checkpoint of `version`.
+pub fn checkpoint_name(version: u64) -> String {
+    format!("ckpt-{version:020}.bavl")
+}
+
+/// What kind of store file a name is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileKind {
+    Meta,
+    Head,
+    Wal(u64),
+    Checkpoint(u64),
+    Temporary,
+    Unknown,
+}
+
+pub fn classify(name: &str) -> FileKind {
+    let num = |s: &str| (s.len() == 20).then(|| s.parse::<u64>().ok()).flatten();
+    if name == META_FILE {
+        FileKind::Meta
+    } else if name == HEAD_FILE {
+        FileKind::Head
+    } else if name.ends_with(TMP_SUFFIX) {
+        FileKind::Temporary
+    } else if let Some(v) = name.strip_prefix("wal-").and_then(|s| s.strip_suffix(".log")) {
+        num(v).map_or(FileKind::Unknown, FileKind::Wal)
+    } else if let Some(v) = name.strip_prefix("ckpt-").and_then(|s| s.strip_suffix(".bavl")) {
+        num(v).map_or(FileKind::Unknown, FileKind::Checkpoint)
+    } else {
+        FileKind::Unknown
+    }
+}
+
+/// Writes `bytes` to `name` atomically and durably: a temporary file, synced, renamed,
+/// and the directory synced.
+pub fn write_atomic(backend: &dyn Backend, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    let tmp = format!("{name}{TMP_SUFFIX}");
+    let mut f = backend.create(&tmp).ctx(|| format!("creating {tmp}"))?;
+    f.write_all(bytes).ctx(|| format!("writing {tmp}"))?;
+    f.sync().ctx(|| format!("syncing {tmp}"))?;
+    drop(f);
+    backend.rename(&tmp, name).ctx(|| format!("renaming {tmp} to {name}"))?;
+    backend.sync_dir().ctx(|| format!("syncing the directory after writing {name}"))
+}
+
+fn framed(magic: &[u8; 8], payload: &[u8]) -> Vec<u8> {
+    let mut out = magic.to_vec();
+    out.extend_from_slice(payload);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn read_framed(
+    backend: &dyn Backend,
+    name: &str,
+    magic: &[u8; 8],
+    payload_len: usize,
+) -> Result<Vec<u8>, StoreError> {
+    let want = magic.len() + payload_len + 4;
+    let len = backend.file_len(name).ctx(|| format!("reading {name}"))?;
+    if len != want as u64 {
+        return Err(StoreError::corrupted(name, 0, format!("{len} bytes, expected {want}")));
+    }
+    let mut buf = Vec::with_capacity(want);
+    backend
+        .open_read(name)
+        .and_then(|r| r.take(want as u64).read_to_end(&mut buf))
+        .ctx(|| format!("reading {name}"))?;
+    if buf.len() != want {
+        return Err(StoreError::corrupted(name, buf.len() as u64, "file shorter than its length"));
+    }
+    if &buf[..8] != magic {
+        return Err(StoreError::corrupted(name, 0, "bad magic"));
+    }
+    let (body, crc) = buf.split_at(want - 4);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err(StoreError::corrupted(name, (want - 4) as u64, "checksum mismatch"));
+    }
+    Ok(body[8..].to_vec())
+}
+
+/// The store's fixed parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    pub capacity: u32,
+}
+
+pub fn write_meta(backend: &dyn Backend, meta: Meta) -> Result<(), StoreError> {
+    let mut p = STORE_FORMAT.to_le_bytes().to_vec();
+    p.push(HASH_SHA256);
+    p.extend_from_slice(&meta.capacity.to_le_bytes());
+    write_atomic(backend, META_FILE, &framed(META_MAGIC, &p))
+}
+
+pub fn read_meta(backend: &dyn Backend) -> Result<Meta, StoreError> {
+    let p = read_framed(backend, META_FILE, META_MAGIC, 9)?;
+    let format = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
+    if format != STORE_FORMAT {
+        return Err(StoreError::corrupted(META_FILE, 8, format!("unknown store format {format}")));
+    }
+    if p[4] != HASH_SHA256 {
+        return Err(StoreError::corrupted(META_FILE, 12, format!("unknown hash id {}", p[4])));
+    }
+    let capacity = u32::from_le_bytes([p[5], p[6], p[7], p[8]]);
+    if !(bavl_core::MIN_CAPACITY..=bavl_core::MAX_CAPACITY).contains(&capacity) {
+        return Err(StoreError::corrupted(META_FILE, 13, format!("capacity {capacity}")));
+    }
+    Ok(Meta { capacity })
+}
+
+/// Records that every version up to `version` was durably committed, so that a log
+/// later found to end earlier is reported as truncated.
+pub fn write_head(backend: &dyn Backend, version: u64) -> Result<(), StoreError> {
+    write_atomic(backend, HEAD_FILE, &framed(HEAD_MAGIC, &version.to_le_bytes()))
+}
+
+/// The version recorded in `HEAD`, if the file exists.
+pub fn read_head(backend: &dyn Backend, names: &[String]) -> Result<Option<u64>, StoreError> {
+    if !names.iter().any(|n| n == HEAD_FILE) {
+        return Ok(None);
+    }
+    let p = read_framed(backend, HEAD_FILE, HEAD_MAGIC, 8)?;
+    Ok(Some(u64::from_le_bytes(p.try_into().expect("8 bytes"))))
+}

@@ -1,0 +1,265 @@
+//! Opening a store: the newest checkpoint, then the log after it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bavl_core::{Digest, Snapshot, Tree, DEFAULT_CAPACITY};
+
+use crate::backend::{Backend, WriteFile};
+use crate::error::{IoContext, StoreError};
+use crate::meta::{self, classify, wal_name, FileKind, Meta, HEAD_FILE};
+use crate::wal::{self, Next, SegmentReader};
+use crate::{checkpoint, Options};
+
+/// What opening the store found and did.
+#[derive(Debug, Clone, Default)]
+pub struct Recovery {
+    /// The checkpoint the state was loaded from.
+    pub checkpoint: Option<u64>,
+    /// Versions replayed from the log.
+    pub replayed: u64,
+    /// Bytes of a record cut short by a crash, discarded from the end of the log.
+    pub discarded_bytes: u64,
+    /// Temporary files of interrupted writes, deleted.
+    pub removed_temporary: u64,
+    pub load_checkpoint: Duration,
+    pub replay: Duration,
+}
+
+pub(crate) struct Opened {
+    pub tree: Tree,
+    pub head: u64,
+    pub head_root: Digest,
+    pub versions: BTreeMap<u64, Snapshot>,
+    pub wal: Option<Box<dyn WriteFile>>,
+    pub wal_first: u64,
+    pub log_since_checkpoint: u64,
+    pub last_checkpoint: Option<(u64, u64)>,
+    pub recovery: Recovery,
+}
+
+/// The store's files, sorted by kind.
+pub(crate) struct Listing {
+    pub names: Vec<String>,
+    pub checkpoints: Vec<u64>,
+    pub segments: Vec<u64>,
+    pub temporary: Vec<String>,
+    pub unknown: Vec<String>,
+}
+
+pub(crate) fn list(backend: &dyn Backend) -> Result<Listing, StoreError> {
+    let names = backend.list().ctx(|| format!("listing {}", backend.describe()))?;
+    let mut l = Listing {
+        checkpoints: Vec::new(),
+        segments: Vec::new(),
+        temporary: Vec::new(),
+        unknown: Vec::new(),
+        names: Vec::new(),
+    };
+    for name in &names {
+        match classify(name) {
+            FileKind::Checkpoint(v) => l.checkpoints.push(v),
+            FileKind::Wal(v) => l.segments.push(v),
+            FileKind::Temporary => l.temporary.push(name.clone()),
+            FileKind::Unknown => l.unknown.push(name.clone()),
+            FileKind::Meta | FileKind::Head => {}
+        }
+    }
+    l.checkpoints.sort_unstable();
+    l.segments.sort_unstable();
+    l.names = names;
+    Ok(l)
+}
+
+/// Reads or creates the metadata; checks it against the options.
+pub(crate) fn meta_for(
+    backend: &dyn Backend,
+    l: &Listing,
+    opts: &Options,
+) -> Result<Meta, StoreError> {
+    if !l.names.iter().any(|n| n == meta::META_FILE) {
+        if !l.checkpoints.is_empty() || !l.segments.is_empty() {
+            return Err(StoreError::corrupted(meta::META_FILE, 0, "missing, but data files exist"));
+        }
+        let meta = Meta { capacity: opts.capacity.unwrap_or(DEFAULT_CAPACITY) };
+        Tree::with_capacity(meta.capacity)?;
+        meta::write_meta(backend, meta)?;
+        return Ok(meta);
+    }
+    let meta = meta::read_meta(backend)?;
+    if let Some(c) = opts.capacity {
+        if c != meta.capacity {
+            return Err(StoreError::InvalidOption(format!(
+                "the store has chunk capacity {}, not {c}",
+                meta.capacity
+            )));
+        }
+    }
+    Ok(meta)
+}
+
+/// Loads the newest checkpoint and replays the log. With `read_only`, nothing is
+/// changed on disk (for `bavl check`) and no log file is opened for writing.
+pub(crate) fn recover(
+    backend: &dyn Backend,
+    opts: &Options,
+    read_only: bool,
+) -> Result<Opened, StoreError> {
+    let l = list(backend)?;
+    let meta = if read_only { meta::read_meta(backend)? } else { meta_for(backend, &l, opts)? };
+    let mut recovery = Recovery::default();
+    for name in &l.temporary {
+        if !read_only {
+            backend.remove(name).ctx(|| format!("deleting the left-over {name}"))?;
+        }
+        recovery.removed_temporary += 1;
+    }
+
+    // The newest checkpoint is the base.
+    let t = Instant::now();
+    let (mut tree, base, last_checkpoint) = match l.checkpoints.last() {
+        Some(&v) => {
+            let name = meta::checkpoint_name(v);
+            let (header, tree) = checkpoint::read(backend, &name)?;
+            if header.version != v || header.capacity != meta.capacity {
+                return Err(StoreError::corrupted(&name, 0, "header disagrees with name or meta"));
+            }
+            let bytes = backend.file_len(&name).ctx(|| format!("reading {name}"))?;
+            recovery.checkpoint = Some(v);
+            (tree, v, Some((v, bytes)))
+        }
+        None => (Tree::with_capacity(meta.capacity)?, 0, None),
+    };
+    recovery.load_checkpoint = t.elapsed();
+
+    // Replay every version after the base, in order, checking each recorded root.
+    let t = Instant::now();
+    let mut head = base;
+    let mut head_root = tree.root_hash();
+    let mut versions = BTreeMap::new();
+    versions.insert(head, tree.snapshot());
+    let keep = opts.keep_recent.max(1);
+    let mut log_since_checkpoint = 0;
+    let mut tail: Option<(u64, u64)> = None; // (first version, valid length) of the last segment
+    for (i, &first) in l.segments.iter().enumerate() {
+        let last = i + 1 == l.segments.len();
+        let name = wal_name(first);
+        let len = backend.file_len(&name).ctx(|| format!("reading {name}"))?;
+        let r = backend.open_read(&name).ctx(|| format!("opening {name}"))?;
+        let Some(mut seg) = SegmentReader::open(r, &name, len)? else {
+            if !last {
+                return Err(StoreError::corrupted(&name, 0, "segment shorter than its header"));
+            }
+            // Cut short while being created: nothing was committed to it.
+            if !read_only {
+                backend.remove(&name).ctx(|| format!("deleting {name}"))?;
+            }
+            recovery.discarded_bytes += len;
+            break;
+        };
+        if seg.first_version != first || seg.capacity != meta.capacity {
+            return Err(StoreError::corrupted(&name, 8, "header disagrees with name or meta"));
+        }
+        if first > head + 1 {
+            return Err(StoreError::corrupted(
+                &name,
+                0,
+                format!("versions {}..{} are missing from the log", head + 1, first),
+            ));
+        }
+        let mut expect = first;
+        loop {
+            match seg.next_record()? {
+                Next::Record { version, offset, body } => {
+                    if version != expect {
+                        return Err(StoreError::corrupted(
+                            &name,
+                            offset,
+                            format!("record of version {version} where {expect} was expected"),
+                        ));
+                    }
+                    expect += 1;
+                    if version <= head {
+                        continue; // Already in the checkpoint.
+                    }
+                    let (root, _) = wal::apply(&mut tree, &body, &name, offset)?;
+                    let actual = tree.root_hash();
+                    if actual != root {
+                        return Err(StoreError::corrupted(
+                            &name,
+                            offset,
+                            format!("replaying version {version} does not give its recorded root"),
+                        ));
+                    }
+                    log_since_checkpoint += (wal::RECORD_HEADER_LEN + body.len() + 4) as u64;
+                    head = version;
+                    head_root = root;
+                    versions.insert(version, tree.snapshot());
+                    while versions.len() as u64 > keep {
+                        versions.pop_first();
+                    }
+                    recovery.replayed += 1;
+                }
+                Next::End => break,
+                Next::Torn { offset } => {
+                    if !last {
+                        return Err(StoreError::corrupted(
+                            &name,
+                            offset,
+                            "incomplete record before the last segment",
+                        ));
+                    }
+                    recovery.discarded_bytes += len - offset;
+                    break;
+                }
+            }
+        }
+        if last {
+            tail = Some((first, seg.position()));
+        }
+    }
+    recovery.replay = t.elapsed();
+
+    if let Some(durable) = meta::read_head(backend, &l.names)? {
+        if durable > head {
+            return Err(StoreError::corrupted(
+                HEAD_FILE,
+                0,
+                format!(
+                    "version {durable} was committed but the log ends at {head}: \
+                     the log was truncated or deleted"
+                ),
+            ));
+        }
+    }
+
+    let (wal, wal_first) = match tail {
+        _ if read_only => (None, head + 1),
+        Some((first, valid)) => {
+            let name = wal_name(first);
+            let f = backend.open_append(&name, valid).ctx(|| format!("opening {name}"))?;
+            (Some(f), first)
+        }
+        None => {
+            let first = head + 1;
+            let name = wal_name(first);
+            let mut f = backend.create(&name).ctx(|| format!("creating {name}"))?;
+            f.write_all(&wal::segment_header(first, meta.capacity))
+                .and_then(|()| f.sync())
+                .ctx(|| format!("writing {name}"))?;
+            backend.sync_dir().ctx(|| format!("syncing the directory after creating {name}"))?;
+            (Some(f), first)
+        }
+    };
+    Ok(Opened {
+        tree,
+        head,
+        head_root,
+        versions,
+        wal,
+        wal_first,
+        log_since_checkpoint,
+        last_checkpoint,
+        recovery,
+    })
+}
