@@ -34,6 +34,8 @@ fn opts(capacity: u32, keep: u64, policy: CheckpointPolicy) -> Options {
     Options { capacity: Some(capacity), keep_recent: keep, checkpoint: policy }
 }
 
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
 const SMALL_AUTO: CheckpointPolicy = CheckpointPolicy::Auto { log_ratio: 0.5, min_log_bytes: 4096 };
 
 /// Applies block `v` of the workload to the store and to the reference tree.
@@ -56,7 +58,7 @@ fn versions_survive_reopen_and_stay_readable() {
     let mix = Mix::workload_b(200);
     let keep = 5;
     let mut reference = Tree::with_capacity(8).unwrap();
-    let mut models: BTreeMap<u64, (BTreeMap<Vec<u8>, Vec<u8>>, [u8; 32])> = BTreeMap::new();
+    let mut models: BTreeMap<u64, (Model, [u8; 32])> = BTreeMap::new();
     let mut store = Store::open(dir.path(), opts(8, keep, SMALL_AUTO)).unwrap();
     assert_eq!(store.version(), 0);
     for (k, v) in initial(seed).take(500) {
