@@ -106,7 +106,6 @@ pub(crate) fn recover(
     read_only: bool,
 ) -> Result<Opened, StoreError> {
     let l = list(backend)?;
-    let meta = if read_only { meta::read_meta(backend)? } else { meta_for(backend, &l, opts)? };
     let mut recovery = Recovery::default();
     for name in &l.temporary {
         if !read_only {
@@ -114,6 +113,7 @@ pub(crate) fn recover(
         }
         recovery.removed_temporary += 1;
     }
+    let meta = if read_only { meta::read_meta(backend)? } else { meta_for(backend, &l, opts)? };
 
     // The newest checkpoint is the base.
     let t = Instant::now();
