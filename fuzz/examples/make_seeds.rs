@@ -64,6 +64,18 @@ fn main() {
     let root = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "corpus".into()));
     let fx = fixtures();
 
+    // store_files: the fixture store's newest log segment and checkpoint, whole and cut.
+    let mut out = Out::new(&root, "store_files", |_| {});
+    let sf = bavl_fuzz::store_fixture();
+    for (sel, prefix) in bavl_fuzz::STORE_TARGETS.iter().enumerate() {
+        let (_, bytes) = sf.files.iter().filter(|(n, _)| n.starts_with(prefix)).max().expect("file");
+        for cut in [bytes.len(), bytes.len() - 1, bytes.len() / 2, 30] {
+            let mut input = vec![sel as u8];
+            input.extend_from_slice(&bytes[..cut.min(bytes.len())]);
+            out.put(&input);
+        }
+    }
+
     // verify_chunk: every chunk of every fixture at its index, some at a wrong index or
     // under another fixture's root.
     let mut out = Out::new(&root, "verify_chunk", check_chunk_seed);

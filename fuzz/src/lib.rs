@@ -397,3 +397,57 @@ pub fn variant_key(entries: &[(Vec<u8>, Vec<u8>)], j: u8, variant: u8) -> Vec<u8
         _ => vec![0xff; 3],
     }
 }
+
+// ---- store_files: the durable store's files (log segments, checkpoints) ----
+
+/// A small durable store in memory: its files and the root of every version it committed.
+pub struct StoreFixture {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub roots: Vec<Digest>,
+}
+
+/// The files to fuzz, by the selector byte of an input.
+pub const STORE_TARGETS: [&str; 2] = ["wal-", "ckpt-"];
+
+pub fn store_fixture() -> &'static StoreFixture {
+    static F: OnceLock<StoreFixture> = OnceLock::new();
+    F.get_or_init(|| {
+        use bavl_store::{CheckpointPolicy, MemBackend, Options, Store};
+        let backend = MemBackend::new();
+        let opts =
+            Options { capacity: Some(4), keep_recent: 2, checkpoint: CheckpointPolicy::Manual };
+        let mut store = Store::open_backend(std::sync::Arc::new(backend.clone()), opts)
+            .expect("in-memory store");
+        let mut roots = vec![store.root()];
+        let mut rng = Rng(7);
+        for v in 0..16u32 {
+            for _ in 0..6 {
+                let k = main_key(rng.below(40) as u32);
+                if rng.below(4) == 0 {
+                    store.remove(&k).expect("remove");
+                } else {
+                    store.insert(&k, &v.to_le_bytes()).expect("insert");
+                }
+            }
+            roots.push(store.commit().expect("commit").1);
+            if v == 9 {
+                store.checkpoint().expect("checkpoint");
+                store.wait_checkpoint().expect("checkpoint");
+            }
+        }
+        store.close().expect("close");
+        let mut files = Vec::new();
+        for name in bavl_store::Backend::list(&backend).expect("list") {
+            let bytes = backend.get(&name).expect("file");
+            files.push((name, bytes));
+        }
+        StoreFixture { files, roots }
+    })
+}
+
+/// Input: selector byte (which file: `STORE_TARGETS[sel % 2]`, the newest of its kind),
+/// then the file's new contents.
+pub fn decode_store_input(data: &[u8]) -> Option<(&'static str, &[u8])> {
+    let (&sel, rest) = data.split_first()?;
+    Some((STORE_TARGETS[sel as usize % STORE_TARGETS.len()], rest))
+}

@@ -54,7 +54,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use backend::{Backend, DirBackend, FaultyBackend, WriteFile};
+pub use backend::{Backend, DirBackend, FaultyBackend, MemBackend, WriteFile};
 use bavl_core::{Digest, Snapshot, Tree};
 pub use checkpoint::CheckpointReport;
 use error::IoContext;
