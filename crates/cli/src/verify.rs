@@ -67,9 +67,9 @@ fn parse_bound(s: &str) -> Result<OwnedBound, String> {
 }
 
 /// Bytes given in hex (an alias, so that clap takes `Option<HexBytes>` as one value).
-type HexBytes = Vec<u8>;
+pub type HexBytes = Vec<u8>;
 
-fn parse_hex(s: &str) -> Result<HexBytes, String> {
+pub fn parse_hex(s: &str) -> Result<HexBytes, String> {
     hex::decode(s).map_err(|e| format!("bad hex: {e}"))
 }
 
