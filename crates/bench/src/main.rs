@@ -6,8 +6,18 @@
 //! rebuild — at the default capacity, then sweeps the chunk capacity. It writes the JSON
 //! report to `--out`, the sweep as `<stem>-capacity.csv` and `<stem>-capacity.png` beside
 //! it, and prints a summary table. `--quick` is a smoke run for CI (well under a minute).
+//!
+//! `bavl-bench store [--quick] [--out docs/results/store.json]` measures the durable store
+//! on Workload B ([`durable`]): throughput with a `fsync` per block, commit latency, bytes
+//! written, reopen time, memory per key, and throughput while checkpoints run against a
+//! blocking baseline, writing `<stem>-checkpoint.csv` and `.png` beside the JSON.
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod accounting;
+mod durable;
 mod hashing;
 mod machine;
 mod measure;
@@ -38,6 +48,12 @@ struct Cli {
 enum Command {
     /// Core tree figures at the default capacity, plus a capacity sweep.
     Core(CoreArgs),
+    /// The durable store on Workload B: throughput, commit latency, bytes written, reopen
+    /// time, memory per key, and throughput while checkpoints run (vs blocking).
+    Store(durable::StoreArgs),
+    /// Child process of `store`: opens a store and prints its memory use.
+    #[command(hide = true)]
+    StoreRam(durable::StoreRamArgs),
 }
 
 #[derive(Args)]
@@ -84,6 +100,8 @@ const BLOCK: usize = 10_000;
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Core(args) => core(args),
+        Command::Store(args) => durable::store(args),
+        Command::StoreRam(args) => durable::store_ram(args),
     }
 }
 

@@ -209,3 +209,116 @@ pub fn plot(
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
+
+/// One time series of the checkpoint experiment.
+pub struct Series {
+    pub label: String,
+    /// The blocking baseline (drawn in another colour).
+    pub blocking: bool,
+    /// (time s, ops/s) at the middle of each window.
+    pub points: Vec<(f64, f64)>,
+    /// Checkpoint intervals: start, certain end, latest possible end (seconds).
+    pub intervals: Vec<(f64, f64, f64)>,
+    /// Mean throughput of the windows outside checkpoints.
+    pub outside_mean: f64,
+}
+
+/// Draws throughput against time, one panel per series (same axes), checkpoint intervals
+/// shaded (lighter where their end is uncertain).
+pub fn plot_series(path: &Path, series: &[Series], title: &str) -> Result<()> {
+    ensure_font()?;
+    if series.is_empty() {
+        return Err(anyhow!("no series"));
+    }
+    let x_hi = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0).chain(s.intervals.iter().map(|c| c.2)))
+        .fold(0.0f64, f64::max)
+        * 1.01;
+    let y_hi = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0f64, f64::max)
+        * 1.25
+        / 1e3;
+    let y_hi = if y_hi > 0.0 { y_hi } else { 1.0 };
+    let height = 120 + 300 * series.len() as u32;
+    let root = BitMapBackend::new(path, (1800, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let body = root.titled(title, (FONT, 28)).map_err(|e| anyhow!("{e}"))?;
+    let blue = RGBColor(31, 102, 181);
+    let orange = RGBColor(214, 110, 20);
+    let shade = RGBColor(200, 30, 30);
+    for (area, s) in body.split_evenly((series.len(), 1)).iter().zip(series) {
+        let color = if s.blocking { orange } else { blue };
+        let mut chart = ChartBuilder::on(area)
+            .caption(&s.label, (FONT, 22))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0.0..x_hi, 0.0..y_hi)
+            .map_err(|e| anyhow!("{e}"))?;
+        chart
+            .configure_mesh()
+            .x_labels(16)
+            .y_labels(6)
+            .x_desc("seconds from the first measured block")
+            .y_desc("k ops/s")
+            .x_label_formatter(&|v| if x_hi < 20.0 { format!("{v:.1}") } else { format!("{v:.0}") })
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .label_style((FONT, 17))
+            .axis_desc_style((FONT, 17))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+        let label = if s.blocking { "writer paused: checkpoint" } else { "checkpoint running" };
+        chart
+            .draw_series(
+                s.intervals.iter().map(|&(a, b, _)| {
+                    Rectangle::new([(a, 0.0), (b, y_hi)], shade.mix(0.18).filled())
+                }),
+            )
+            .map_err(|e| anyhow!("{e}"))?
+            .label(label)
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 6), (x + 20, y + 6)], shade.mix(0.18).filled())
+            });
+        chart
+            .draw_series(
+                s.intervals.iter().filter(|c| c.2 > c.1).map(|&(_, b, c)| {
+                    Rectangle::new([(b, 0.0), (c, y_hi)], shade.mix(0.07).filled())
+                }),
+            )
+            .map_err(|e| anyhow!("{e}"))?;
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (x, y / 1e3)).collect();
+        chart
+            .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label("throughput per window")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        let m = s.outside_mean / 1e3;
+        if m.is_finite() {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(0.0, m), (x_hi, m)],
+                    10,
+                    8,
+                    BLACK.mix(0.6).stroke_width(1),
+                ))
+                .map_err(|e| anyhow!("{e}"))?
+                .label("mean outside checkpoints")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.6).stroke_width(1))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 16))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

@@ -245,11 +245,12 @@ impl Backend for FaultyBackend {
     }
 }
 
+type MemFiles = std::collections::BTreeMap<String, Arc<std::sync::Mutex<Vec<u8>>>>;
+
 /// Files in memory: for tests and fuzzing (nothing is durable, `sync` does nothing).
 #[derive(Clone, Default)]
 pub struct MemBackend {
-    files:
-        Arc<std::sync::Mutex<std::collections::BTreeMap<String, Arc<std::sync::Mutex<Vec<u8>>>>>>,
+    files: Arc<std::sync::Mutex<MemFiles>>,
 }
 
 impl MemBackend {
@@ -264,10 +265,7 @@ impl MemBackend {
     pub fn get(&self, name: &str) -> Option<Vec<u8>> {
         self.lock().get(name).map(|f| f.lock().unwrap_or_else(|e| e.into_inner()).clone())
     }
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, Arc<std::sync::Mutex<Vec<u8>>>>>
-    {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemFiles> {
         self.files.lock().unwrap_or_else(|e| e.into_inner())
     }
     fn file(&self, name: &str) -> io::Result<Arc<std::sync::Mutex<Vec<u8>>>> {

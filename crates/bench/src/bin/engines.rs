@@ -170,9 +170,8 @@ fn open(name: &str, dir: &Path) -> Result<Box<dyn Engine>> {
             // SAFETY: heed requires that the environment's files are not opened twice in
             // this process and not modified by others while mapped; this directory was
             // created above and is used only by this benchmark.
-            let env = unsafe {
-                heed::EnvOpenOptions::new().map_size(16 << 30).max_dbs(1).open(dir)?
-            };
+            let env =
+                unsafe { heed::EnvOpenOptions::new().map_size(16 << 30).max_dbs(1).open(dir)? };
             let mut tx = env.write_txn()?;
             let db = env.create_database(&mut tx, None)?;
             tx.commit()?;
