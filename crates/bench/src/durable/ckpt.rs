@@ -13,12 +13,19 @@
 //! scheduling class by the benchmark as soon as it starts: it measures what a
 //! lower-priority checkpoint writer would give, without changing the store.
 //!
-//! Runs alternate (bavl, baseline, bavl-idle, bavl, ...) so that drifting machine load
-//! hits every kind alike.
+//! A fourth, `bavl-paced`, runs the same background checkpoint (an O(1) snapshot written
+//! by `checkpoint::write` on another thread) from the benchmark, through a file backend
+//! that hands the data to the disk slice by slice as it is written ([`PacedDir`]): what a
+//! checkpoint writer paced this way inside the store would give.
+//!
+//! Runs alternate (bavl, baseline, bavl-idle, bavl-paced, bavl, ...) so that drifting
+//! machine load hits every kind alike.
 
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
@@ -26,6 +33,7 @@ use bavl_store::{Backend, CheckpointPolicy, DirBackend, Options, Store};
 use bavl_workload::{Mix, Op};
 use serde::Serialize;
 
+use super::paced::PacedDir;
 use super::timeline::{
     block_class, latency_split, mean, throughput_split, windows, BlockRec, Class, Interval, Split,
     Window,
@@ -42,6 +50,10 @@ pub enum Kind {
     Baseline,
     /// bavl with the checkpoint thread moved to `SCHED_IDLE` by the benchmark once started.
     BavlIdle,
+    /// A background checkpoint like bavl's (same snapshot, same `checkpoint::write`) on a
+    /// thread of the benchmark, written through a [`PacedDir`]: handed to the disk in
+    /// slices as it is written instead of all at its final `fsync`.
+    BavlPaced,
 }
 
 impl Kind {
@@ -50,6 +62,7 @@ impl Kind {
             Kind::Bavl => "bavl",
             Kind::Baseline => "baseline",
             Kind::BavlIdle => "bavl-idle",
+            Kind::BavlPaced => "bavl-paced",
         }
     }
 }
@@ -94,6 +107,10 @@ pub struct Schedule {
     /// Measured blocks (`every * checkpoints`).
     pub measured_blocks: usize,
     pub window_s: f64,
+    /// bavl-paced: bytes per slice handed to the disk, and bytes per second at most (0: no
+    /// bound).
+    pub paced_slice_bytes: u64,
+    pub paced_bytes_per_s: f64,
 }
 
 impl Schedule {
@@ -201,6 +218,14 @@ pub fn run(
     let keys_start = store.working().len();
     let backend: Option<DirBackend> =
         if kind == Kind::Baseline { Some(DirBackend::open(&ckpt_dir)?) } else { None };
+    let paced: Option<Arc<PacedDir>> = if kind == Kind::BavlPaced {
+        let dir = work.join("paced-checkpoints");
+        Some(Arc::new(PacedDir::new(dir, s.paced_slice_bytes, s.paced_bytes_per_s)?))
+    } else {
+        None
+    };
+    // bavl-paced: the checkpoint thread, started at; it returns its end and bytes.
+    let mut job: Option<(f64, PacedJob)> = None;
     for ops in &blocks[..s.warmup_blocks] {
         apply(&mut store, ops)?;
         store.commit()?;
@@ -236,11 +261,39 @@ pub fn run(
                         }
                     }
                     let end = now();
-                    if started.is_some() && open.is_none() {
-                        open = Some((start, start, before));
-                        call_ms.push(round((end - start) * 1e3, 3));
-                    } else {
+                    match (started, open) {
+                        (None, _) => skipped += 1,
+                        (Some(_), None) => {
+                            open = Some((start, start, before));
+                            call_ms.push(round((end - start) * 1e3, 3));
+                        }
+                        (Some(_), Some((cs, last_poll, before_prev))) => {
+                            // The previous checkpoint ended after the last commit's poll
+                            // and was collected by this call, which started the next one.
+                            let after = store.stats()?.checkpoint_bytes_written;
+                            intervals.push(Interval {
+                                start: cs,
+                                end_min: last_poll,
+                                end_max: start,
+                            });
+                            ckpt_bytes.push(after - before_prev);
+                            open = Some((start, start, after));
+                            call_ms.push(round((end - start) * 1e3, 3));
+                        }
+                    }
+                }
+                Kind::BavlPaced => {
+                    if job.is_some() {
                         skipped += 1;
+                    } else {
+                        let start = now();
+                        let (snap, version) = (store.latest(), store.version());
+                        let dir = paced.clone().expect("paced backend");
+                        let handle = std::thread::Builder::new()
+                            .name("bavl-paced-ckpt".into())
+                            .spawn(move || paced_checkpoint(&dir, version, &snap, t0))?;
+                        call_ms.push(round((now() - start) * 1e3, 3));
+                        job = Some((start, handle));
                     }
                 }
                 Kind::Baseline => {
@@ -276,6 +329,13 @@ pub fn run(
             cores: cpu / (end - start),
             writer_cores: writer_cpu / (end - start),
         });
+        if job.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+            let (start, h) = job.take().expect("a job");
+            let (end, bytes) =
+                h.join().map_err(|_| anyhow::anyhow!("checkpoint thread panicked"))??;
+            intervals.push(Interval::exact(start, end));
+            ckpt_bytes.push(bytes);
+        }
         if let Some((cs, last_poll, before)) = open {
             // The commit polled the checkpoint thread when it began: running then means
             // it ends after `commit_start`; finished means it ended after the last poll.
@@ -295,6 +355,12 @@ pub fn run(
         let end = now();
         intervals.push(Interval { start: cs, end_min: last_poll, end_max: end });
         ckpt_bytes.push(store.stats()?.checkpoint_bytes_written - before);
+    }
+    if let Some((start, h)) = job.take() {
+        let (end, bytes) =
+            h.join().map_err(|_| anyhow::anyhow!("checkpoint thread panicked"))??;
+        intervals.push(Interval::exact(start, end));
+        ckpt_bytes.push(bytes);
     }
     let others = meter.others_cores();
     let keys_end = store.working().len();
@@ -372,6 +438,27 @@ pub fn run(
     })
 }
 
+/// bavl-paced's checkpoint thread, returning its end and bytes.
+type PacedJob = JoinHandle<Result<(f64, u64)>>;
+
+/// bavl-paced's checkpoint thread: writes `snap` through the paced backend, deletes the
+/// previous checkpoint, returns when it finished (seconds since `t0`) and its bytes.
+fn paced_checkpoint(
+    dir: &PacedDir,
+    version: u64,
+    snap: &bavl_core::Snapshot,
+    t0: Instant,
+) -> Result<(f64, u64)> {
+    let rep = bavl_store::checkpoint::write(dir, version, snap, &AtomicBool::new(false))?
+        .context("the paced checkpoint was abandoned")?;
+    let name = bavl_store::meta::checkpoint_name(version);
+    for old in dir.list()?.into_iter().filter(|n| *n != name) {
+        dir.remove(&old)?;
+    }
+    dir.sync_dir()?;
+    Ok((t0.elapsed().as_secs_f64(), rep.bytes))
+}
+
 fn split_means(d: &[f64], o: &[f64]) -> Split {
     let (dm, om) = (mean(d), mean(o));
     Split { during: dm, outside: om, ratio: dm / om, n_during: d.len(), n_outside: o.len() }
@@ -441,5 +528,25 @@ pub fn summarize(runs: &[&Run]) -> KindSummary {
         checkpoint_s_mean: round(mean(&durations), 3),
         checkpoint_s: durations,
         checkpoint_mb_mean: round(mean(&bytes) / 1e6, 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Schedule;
+
+    #[test]
+    fn checkpoints_start_mid_interval_and_stop_at_the_count() {
+        let s = Schedule {
+            warmup_blocks: 0,
+            every: 10,
+            checkpoints: 3,
+            measured_blocks: 30,
+            window_s: 0.1,
+            paced_slice_bytes: 1,
+            paced_bytes_per_s: 0.0,
+        };
+        let at: Vec<usize> = (0..40).filter(|&i| s.checkpoint_before(i)).collect();
+        assert_eq!(at, [5, 15, 25]);
     }
 }

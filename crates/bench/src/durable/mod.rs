@@ -16,6 +16,7 @@
 //! beside it, and prints a summary.
 
 mod ckpt;
+mod paced;
 mod phases;
 mod ram;
 pub mod timeline;
@@ -59,7 +60,7 @@ pub struct StoreArgs {
     /// times the blocks one checkpoint spans, at least 10).
     #[arg(long)]
     checkpoint_every: Option<usize>,
-    /// Checkpoints per run of the experiment (default 6; 3 with --quick).
+    /// Checkpoints per run of the experiment (default 8; 3 with --quick).
     #[arg(long)]
     checkpoints: Option<usize>,
     /// Unmeasured blocks at the start of each run of the experiment, after opening the
@@ -70,7 +71,13 @@ pub struct StoreArgs {
     /// Runs of each kind, alternating bavl, baseline and bavl-idle (default 2; 1 with --quick).
     #[arg(long)]
     runs: Option<usize>,
-    /// Throughput window of the experiment, milliseconds (default 250; 50 with --quick).
+    /// bavl-paced: megabytes per slice handed to the disk while writing a checkpoint.
+    #[arg(long, default_value_t = 1.0)]
+    paced_slice_mb: f64,
+    /// bavl-paced: megabytes per second at most (0: no bound).
+    #[arg(long, default_value_t = 150.0)]
+    paced_mb_per_s: f64,
+    /// Throughput window of the experiment, milliseconds (default 100; 25 with --quick).
     #[arg(long)]
     window_ms: Option<f64>,
     /// Smoke run: 100k keys, few blocks, no 10M-key store (well under a minute).
@@ -155,6 +162,9 @@ struct Figures {
     /// The same two ratios with the checkpoint thread at idle CPU priority (bavl-idle).
     checkpoint_throughput_ratio_idle_priority: f64,
     checkpoint_p99_latency_ratio_idle_priority: f64,
+    /// The same two ratios with the checkpoint written slice by slice (bavl-paced).
+    checkpoint_throughput_ratio_paced: f64,
+    checkpoint_p99_latency_ratio_paced: f64,
     checkpoint_every_blocks: usize,
     checkpoint_duration_s: Vec<f64>,
     checkpoint_duration_s_mean: f64,
@@ -184,6 +194,10 @@ struct Experiment {
     /// bavl with the checkpoint thread at idle CPU priority (SCHED_IDLE, set by the
     /// benchmark): what a lower-priority checkpoint writer would give.
     bavl_idle: KindSummary,
+    /// The same background checkpoint run by the benchmark through a file backend that
+    /// hands the data to the disk slice by slice (`sync_file_range`) as it is written:
+    /// what a paced checkpoint writer in the store would give.
+    bavl_paced: KindSummary,
     runs: Vec<Run>,
 }
 
@@ -232,7 +246,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
     let warmup = a.warmup_blocks.unwrap_or(if q { 2 } else { 5 });
     let wait_quiet = a.wait_quiet.unwrap_or(if q { 0.0 } else { 60.0 });
     let runs = a.runs.unwrap_or(if q { 1 } else { 2 }).max(1);
-    let checkpoints = a.checkpoints.unwrap_or(if q { 3 } else { 6 }).max(1);
+    let checkpoints = a.checkpoints.unwrap_or(if q { 3 } else { 8 }).max(1);
     let fs = check_real_disk(&a.dir)?;
     let root = a.dir.clone();
     eprintln!("stores under {} ({fs}); load average {}", root.display(), machine.load_avg_start);
@@ -293,7 +307,9 @@ pub fn store(a: StoreArgs) -> Result<()> {
         every,
         checkpoints,
         measured_blocks: every * checkpoints,
-        window_s: a.window_ms.unwrap_or(if q { 50.0 } else { 250.0 }) / 1e3,
+        window_s: a.window_ms.unwrap_or(if q { 25.0 } else { 100.0 }) / 1e3,
+        paced_slice_bytes: (a.paced_slice_mb * 1e6) as u64,
+        paced_bytes_per_s: a.paced_mb_per_s * 1e6,
     };
     eprintln!(
         "  a checkpoint every {every} blocks, {checkpoints} per run, {} blocks per run; generating them",
@@ -303,7 +319,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
         ckpt::stream(a.seed, keys, head, schedule.warmup_blocks + schedule.measured_blocks)?;
     let mut all_runs: Vec<Run> = Vec::new();
     for r in 0..runs {
-        for kind in [Kind::Bavl, Kind::Baseline, Kind::BavlIdle] {
+        for kind in [Kind::Bavl, Kind::Baseline, Kind::BavlIdle, Kind::BavlPaced] {
             let series = format!("{}-{}", kind.name(), r + 1);
             eprintln!("  run {series}");
             let run = ckpt::run(
@@ -335,6 +351,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
     let bavl = ckpt::summarize(&of(Kind::Bavl));
     let baseline = ckpt::summarize(&of(Kind::Baseline));
     let bavl_idle = ckpt::summarize(&of(Kind::BavlIdle));
+    let bavl_paced = ckpt::summarize(&of(Kind::BavlPaced));
     let experiment = Experiment {
         keys: keys as u64,
         schedule,
@@ -345,6 +362,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
         bavl,
         baseline,
         bavl_idle,
+        bavl_paced,
         runs: all_runs,
     };
 
@@ -395,6 +413,8 @@ pub fn store(a: StoreArgs) -> Result<()> {
         checkpoint_p99_latency_ratio: e.bavl.latency_p99.ratio,
         checkpoint_throughput_ratio_idle_priority: e.bavl_idle.throughput.ratio,
         checkpoint_p99_latency_ratio_idle_priority: e.bavl_idle.latency_p99.ratio,
+        checkpoint_throughput_ratio_paced: e.bavl_paced.throughput.ratio,
+        checkpoint_p99_latency_ratio_paced: e.bavl_paced.latency_p99.ratio,
         checkpoint_every_blocks: e.schedule.every,
         checkpoint_duration_s: e.bavl.checkpoint_s.clone(),
         checkpoint_duration_s_mean: e.bavl.checkpoint_s_mean,
@@ -521,6 +541,9 @@ fn notes(d: &Durable, r: &ReopenPhase, e: &Experiment, m: &Machine) -> Vec<Strin
              commit, so it is known within one block (intervals: end_min..end_max). baseline: the \
              writer stops and writes the state itself with bavl_store::checkpoint::write (synced). \
              bavl-idle: bavl with the checkpoint thread moved to SCHED_IDLE by the benchmark. \
+             bavl-paced: the same snapshot written by checkpoint::write on a benchmark thread through \
+             a file backend handing each slice of params to the disk as it goes (sync_file_range), \
+             its end known exactly. \
              Throughput in {:.0} ms windows (a block's operations spread over its time); a window \
              counts as during a checkpoint if it lies wholly inside one, outside if it overlaps none \
              (including its uncertain end), otherwise it is an edge and counts in neither mean. \
@@ -702,7 +725,17 @@ fn summary(r: &StoreReport) -> String {
         ),
         "",
     );
-    for (name, k) in [("bavl", &e.bavl), ("bavl-idle", &e.bavl_idle)] {
+    row(
+        &mut s,
+        "  the checkpoint written slice by slice (bavl-paced): throughput / p99 ratios",
+        format!(
+            "{:.3} / {:.3}",
+            f.checkpoint_throughput_ratio_paced, f.checkpoint_p99_latency_ratio_paced
+        ),
+        "",
+    );
+    for (name, k) in [("bavl", &e.bavl), ("bavl-idle", &e.bavl_idle), ("bavl-paced", &e.bavl_paced)]
+    {
         row(
             &mut s,
             &format!("  {name} block parts during / outside: apply, hash, persist ms; cores"),
@@ -731,19 +764,23 @@ fn summary(r: &StoreReport) -> String {
     );
     row(
         &mut s,
-        "checkpoint s (bavl, background) / pause s (baseline)",
+        "checkpoint s (bavl, bavl-idle, bavl-paced: background) / pause s (baseline)",
         format!(
-            "{:.2} / {:.2}, every {} blocks",
-            e.bavl.checkpoint_s_mean, e.baseline.checkpoint_s_mean, e.schedule.every
+            "{:.2}, {:.2}, {:.2} / {:.2}, every {} blocks",
+            e.bavl.checkpoint_s_mean,
+            e.bavl_idle.checkpoint_s_mean,
+            e.bavl_paced.checkpoint_s_mean,
+            e.baseline.checkpoint_s_mean,
+            e.schedule.every
         ),
         "",
     );
     row(
         &mut s,
-        "ops/s over the experiment bavl / baseline / bavl-idle",
+        "ops/s over the experiment bavl / baseline / bavl-idle / bavl-paced",
         format!(
-            "{:.0} / {:.0} / {:.0}",
-            e.bavl.ops_per_s, e.baseline.ops_per_s, e.bavl_idle.ops_per_s
+            "{:.0} / {:.0} / {:.0} / {:.0}",
+            e.bavl.ops_per_s, e.baseline.ops_per_s, e.bavl_idle.ops_per_s, e.bavl_paced.ops_per_s
         ),
         "",
     );
