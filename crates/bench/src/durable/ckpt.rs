@@ -35,8 +35,8 @@ use serde::Serialize;
 
 use super::paced::PacedDir;
 use super::timeline::{
-    block_class, latency_split, mean, throughput_split, windows, BlockRec, Class, Interval, Split,
-    Window,
+    block_class, latency_split, local_ratios, mean, throughput_split, windows, BlockRec, Class,
+    Interval, Split, Window,
 };
 use super::util::{
     apply, copy_store, process_cpu_secs, remove_dir, round, set_idle_priority, thread_cpu_secs,
@@ -150,6 +150,10 @@ pub struct Run {
     pub ops_per_s: f64,
     /// Mean window throughput during checkpoints / outside them.
     pub throughput: Split,
+    /// Per checkpoint: its windows' mean throughput over that of the outside windows
+    /// around it (`timeline::local_ratios`), and their mean.
+    pub throughput_local: Vec<f64>,
+    pub throughput_ratio_local: f64,
     /// p99 and p50 block latency (ms) during checkpoints / outside them.
     pub latency_p99: Split,
     pub latency_p50: Split,
@@ -370,6 +374,7 @@ pub fn run(
     remove_dir(work)?;
 
     let wins = windows(&recs, s.window_s, measured_s, &intervals);
+    let local = local_ratios(&wins, s.window_s, &intervals);
     let classified: Vec<(BlockRec, Class)> =
         recs.iter().map(|b| (*b, block_class(b, &intervals))).collect();
     let split_of = |f: &dyn Fn(&Detail) -> f64| {
@@ -393,6 +398,8 @@ pub fn run(
         measured_s: round(measured_s, 3),
         ops_per_s: round(ops as f64 / measured_s, 0),
         throughput: rounded(throughput_split(&wins)),
+        throughput_local: local.iter().map(|&x| round(x, 4)).collect(),
+        throughput_ratio_local: round(mean(&local), 4),
         latency_p99: rounded(latency_split(&classified, 99.0)),
         latency_p50: rounded(latency_split(&classified, 50.0)),
         apply_ms: split_of(&|d| d.apply_ms),
@@ -484,6 +491,8 @@ pub struct KindSummary {
     pub runs: usize,
     /// Windows of every run of this kind pooled.
     pub throughput: Split,
+    /// Mean of the per-checkpoint local ratios of every run of this kind.
+    pub throughput_ratio_local: f64,
     /// Blocks of every run of this kind pooled.
     pub latency_p99: Split,
     pub latency_p50: Split,
@@ -527,6 +536,10 @@ pub fn summarize(runs: &[&Run]) -> KindSummary {
         process_cores: pooled(&|b| b.process_cores),
         runs: runs.len(),
         throughput: rounded(throughput_split(&wins)),
+        throughput_ratio_local: round(
+            mean(&runs.iter().flat_map(|r| r.throughput_local.iter().copied()).collect::<Vec<_>>()),
+            4,
+        ),
         latency_p99: rounded(latency_split(&blocks, 99.0)),
         latency_p50: rounded(latency_split(&blocks, 50.0)),
         ops_per_s: round(ops as f64 / secs, 0),

@@ -159,6 +159,10 @@ struct Figures {
     checkpoint_throughput_ratio: f64,
     blocking_baseline_ratio: f64,
     checkpoint_p99_latency_ratio: f64,
+    /// Each checkpoint against the windows just around it (robust to drifts of the
+    /// machine's speed over a run), averaged: bavl, and the blocking baseline.
+    checkpoint_throughput_ratio_local: f64,
+    blocking_baseline_ratio_local: f64,
     /// The same two ratios with the checkpoint thread at idle CPU priority (bavl-idle).
     checkpoint_throughput_ratio_idle_priority: f64,
     checkpoint_p99_latency_ratio_idle_priority: f64,
@@ -411,6 +415,8 @@ pub fn store(a: StoreArgs) -> Result<()> {
         checkpoint_throughput_ratio: e.bavl.throughput.ratio,
         blocking_baseline_ratio: e.baseline.throughput.ratio,
         checkpoint_p99_latency_ratio: e.bavl.latency_p99.ratio,
+        checkpoint_throughput_ratio_local: e.bavl.throughput_ratio_local,
+        blocking_baseline_ratio_local: e.baseline.throughput_ratio_local,
         checkpoint_throughput_ratio_idle_priority: e.bavl_idle.throughput.ratio,
         checkpoint_p99_latency_ratio_idle_priority: e.bavl_idle.latency_p99.ratio,
         checkpoint_throughput_ratio_paced: e.bavl_paced.throughput.ratio,
@@ -715,6 +721,18 @@ fn summary(r: &StoreReport) -> String {
         &format!(">= 0.97: {}", met("checkpoint_throughput_ratio")),
     );
     row(&mut s, "blocking_baseline_ratio", format!("{:.3}", f.blocking_baseline_ratio), "");
+    row(
+        &mut s,
+        "  local ratios (each checkpoint vs the windows around it) bavl / baseline / idle / paced",
+        format!(
+            "{:.3} / {:.3} / {:.3} / {:.3}",
+            e.bavl.throughput_ratio_local,
+            e.baseline.throughput_ratio_local,
+            e.bavl_idle.throughput_ratio_local,
+            e.bavl_paced.throughput_ratio_local
+        ),
+        "",
+    );
     row(
         &mut s,
         "  bavl with the checkpoint thread at idle priority: throughput / p99 ratios",

@@ -163,6 +163,34 @@ pub fn throughput_split(windows: &[Window]) -> Split {
     Split::of(&d, &o, mean)
 }
 
+/// For each checkpoint, the mean throughput of the windows wholly inside it over the mean
+/// of the outside windows around it — within one checkpoint length before its start and
+/// after its latest end: a ratio that slow drifts of the machine's speed over a run do not
+/// bias. Checkpoints without such windows inside or around are left out.
+pub fn local_ratios(windows: &[Window], len: f64, intervals: &[Interval]) -> Vec<f64> {
+    let mut out = Vec::new();
+    for c in intervals {
+        let span = c.end_max - c.start;
+        let (lo, hi) = (c.start - span, c.end_max + span);
+        let during: Vec<f64> = windows
+            .iter()
+            .filter(|w| {
+                w.class == Class::During && w.start >= c.start && w.start + len <= c.end_min
+            })
+            .map(|w| w.ops_per_s)
+            .collect();
+        let outside: Vec<f64> = windows
+            .iter()
+            .filter(|w| w.class == Class::Outside && w.start >= lo && w.start + len <= hi)
+            .map(|w| w.ops_per_s)
+            .collect();
+        if !during.is_empty() && !outside.is_empty() {
+            out.push(mean(&during) / mean(&outside));
+        }
+    }
+    out
+}
+
 /// How a block relates to the checkpoints: during when a checkpoint certainly ran for
 /// part of it; outside when none can have; an edge when the only overlap is with an
 /// uncertain end.
@@ -257,6 +285,31 @@ mod tests {
         let c = [Interval::exact(1.0, 2.0)];
         let s = throughput_split(&windows(&b, 0.25, 3.0, &c));
         assert!((s.ratio - 0.8).abs() < 1e-6, "{s:?}");
+    }
+
+    #[test]
+    fn local_ratios_ignore_a_drift_between_checkpoints() {
+        // 1000-op blocks: 10k ops/s before 2 s and 5k ops/s after, each checkpoint at 0.8
+        // of its surroundings.
+        let mut b = Vec::new();
+        let mut seg = |from: f64, n: usize, d: f64| {
+            b.extend((0..n).map(|i| block(from + i as f64 * d, from + (i + 1) as f64 * d, 1000)));
+        };
+        seg(0.0, 10, 0.1);
+        seg(1.0, 4, 0.125);
+        seg(1.5, 5, 0.1);
+        seg(2.0, 5, 0.2);
+        seg(3.0, 2, 0.25);
+        seg(3.5, 5, 0.2);
+        let c = [Interval::exact(1.0, 1.5), Interval::exact(3.0, 3.5)];
+        let w = windows(&b, 0.125, 4.5, &c);
+        let r = local_ratios(&w, 0.125, &c);
+        assert_eq!(r.len(), 2);
+        for x in &r {
+            assert!((x - 0.8).abs() < 1e-6, "{r:?}");
+        }
+        // The pooled ratio mixes the two speeds.
+        assert!((throughput_split(&w).ratio - 0.8).abs() > 0.02);
     }
 
     #[test]
