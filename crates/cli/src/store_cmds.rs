@@ -362,10 +362,9 @@ pub fn stats(args: &StatsArgs) -> Result<ExitCode> {
 // ---------------------------------------------------------------------------------------
 // bavl get / bavl prove
 
+/// A key at a retained version: the arguments `get` and `prove` share.
 #[derive(clap::Args)]
-pub struct GetArgs {
-    #[command(flatten)]
-    db: DbArg,
+pub struct KeyAt {
     /// The key, in hex (1 to 1024 bytes).
     #[arg(long, value_name = "HEX", value_parser = parse_key)]
     key: HexBytes,
@@ -375,6 +374,14 @@ pub struct GetArgs {
     /// How many of the newest versions to retain while opening (for --version).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     keep: u64,
+}
+
+#[derive(clap::Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    db: DbArg,
+    #[command(flatten)]
+    at: KeyAt,
     /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -394,15 +401,8 @@ store is in use or unreadable, or the version is not retained, 3 the store is da
 pub struct ProveArgs {
     #[command(flatten)]
     db: DbArg,
-    /// The key, in hex (1 to 1024 bytes).
-    #[arg(long, value_name = "HEX", value_parser = parse_key)]
-    key: HexBytes,
-    /// A retained version (default: the latest).
-    #[arg(long, value_name = "V")]
-    version: Option<u64>,
-    /// How many of the newest versions to retain while opening (for --version).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
-    keep: u64,
+    #[command(flatten)]
+    at: KeyAt,
     /// Write the proof's raw bytes to FILE instead of printing it in hex.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -432,15 +432,15 @@ fn version_snapshot(db: &Path, store: &Store, version: Option<u64>) -> Result<Sn
 
 pub fn get(args: &GetArgs) -> Result<ExitCode> {
     let db = &args.db.db;
-    let store = open_existing(db, args.keep)?;
-    let snap = version_snapshot(db, &store, args.version)?;
-    let version = args.version.unwrap_or(store.version());
-    let value = snap.get(&args.key);
+    let store = open_existing(db, args.at.keep)?;
+    let snap = version_snapshot(db, &store, args.at.version)?;
+    let version = args.at.version.unwrap_or(store.version());
+    let value = snap.get(&args.at.key);
     if args.json {
         let out = json!({
             "version": version,
             "root": hex::encode(snap.root_hash()),
-            "key": hex::encode(&args.key),
+            "key": hex::encode(&args.at.key),
             "present": value.is_some(),
             "value": value.map(hex::encode),
         });
@@ -479,11 +479,11 @@ fn verify_command(
 
 pub fn prove(args: &ProveArgs) -> Result<ExitCode> {
     let db = &args.db.db;
-    let store = open_existing(db, args.keep)?;
-    let snap = version_snapshot(db, &store, args.version)?;
-    let version = args.version.unwrap_or(store.version());
+    let store = open_existing(db, args.at.keep)?;
+    let snap = version_snapshot(db, &store, args.at.version)?;
+    let version = args.at.version.unwrap_or(store.version());
     let root = snap.root_hash();
-    let key = &args.key[..];
+    let key = &args.at.key[..];
     let value = snap.get(key);
     let (kind, proof) = match value {
         Some(_) => ("membership", snap.prove_membership(key)),

@@ -152,6 +152,7 @@ pub struct Store {
     wal_first: u64,
     log_since_checkpoint: u64,
     last_checkpoint: Option<(u64, u64)>,
+    last_report: Option<CheckpointReport>,
     job: Option<Job>,
     poisoned: Option<String>,
     timing: CommitTiming,
@@ -185,6 +186,7 @@ impl Store {
             wal_first: o.wal_first,
             log_since_checkpoint: o.log_since_checkpoint,
             last_checkpoint: o.last_checkpoint,
+            last_report: None,
             job: None,
             poisoned: None,
             timing: CommitTiming::default(),
@@ -367,6 +369,17 @@ impl Store {
         Ok(Some(version))
     }
 
+    /// The version being checkpointed in the background, if any (cheap; a finished
+    /// checkpoint is collected at the next `commit`, `checkpoint` or `wait_checkpoint`).
+    pub fn checkpoint_running(&self) -> Option<u64> {
+        self.job.as_ref().map(|j| j.version)
+    }
+
+    /// The report of the last checkpoint this store finished since it was opened.
+    pub fn last_checkpoint_report(&self) -> Option<&CheckpointReport> {
+        self.last_report.as_ref()
+    }
+
     /// Waits for the running checkpoint, if any, and returns its report.
     pub fn wait_checkpoint(&mut self) -> Result<Option<CheckpointReport>, StoreError> {
         let Some(job) = self.job.take() else { return Ok(None) };
@@ -389,6 +402,7 @@ impl Store {
                 self.last_checkpoint = Some((report.version, report.bytes));
                 self.stats.checkpoint_bytes_written += report.bytes;
                 self.stats.checkpoints_written += 1;
+                self.last_report = Some(report.clone());
                 Ok(Some(report))
             }
             Ok(None) => Ok(None),

@@ -318,8 +318,14 @@ fn snapshots_are_read_concurrently_and_old_files_go() {
         assert_eq!(store.commit().unwrap().1, roots[v as usize]);
     }
     assert!(reader.join().unwrap() > 0);
-    store.checkpoint().unwrap();
-    store.wait_checkpoint().unwrap();
+    // Starts one, unless an automatic one is still running.
+    let started = store.checkpoint().unwrap();
+    let running = store.checkpoint_running();
+    assert!(running.is_some());
+    assert!(started.is_none() || started == running);
+    let report = store.wait_checkpoint().unwrap().expect("a checkpoint ran");
+    assert_eq!(store.checkpoint_running(), None);
+    assert_eq!(store.last_checkpoint_report().map(|r| r.version), Some(report.version));
     let stats = store.stats().unwrap();
     let ckpts: Vec<_> = stats.files.iter().filter(|(n, _)| n.starts_with("ckpt-")).collect();
     let wals: Vec<_> = stats.files.iter().filter(|(n, _)| n.starts_with("wal-")).collect();
