@@ -243,6 +243,7 @@ fn build(args: &CrashtestArgs, dir: &Path, number: u64, mix: Mix) -> Result<Epoc
         capacity: Some(args.capacity),
         keep_recent: CHILD_KEEP,
         checkpoint: policy(args),
+        ..Options::default()
     };
     let mut store = Store::open(dir, opts).map_err(|e| store_error(dir, e))?;
     let mut reference = Tree::with_capacity(args.capacity)?;
@@ -416,6 +417,7 @@ pub fn run(args: &CrashtestArgs) -> Result<ExitCode> {
             capacity: Some(args.capacity),
             keep_recent: PARENT_KEEP,
             checkpoint: CheckpointPolicy::Manual,
+            ..Options::default()
         };
         let store = match Store::open(&dir, opts) {
             Ok(s) => s,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use bavl_core::{verify_membership, Digest, Sha256, Snapshot};
-use bavl_store::{CheckpointPolicy, Options, Store};
+use bavl_store::{CheckpointPace, CheckpointPolicy, Options, Store};
 use bavl_workload::{percentile, Mix, KEY_LEN};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{RngCore, SeedableRng};
@@ -75,6 +75,12 @@ pub struct LoadtestArgs {
     /// Never write a checkpoint (the log alone keeps every version).
     #[arg(long)]
     pub manual_checkpoints: bool,
+    /// Write checkpoints as fast as the disk takes them, synced once at their end, instead
+    /// of spread over the commits (the default: in step with the log, finishing once it
+    /// has grown by half of what triggered the checkpoint, synced every MiB, so the
+    /// commits' fsyncs never wait behind a burst).
+    #[arg(long, conflicts_with = "manual_checkpoints")]
+    pub unpaced_checkpoints: bool,
     /// Also write the report, with one row per block, as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -209,15 +215,22 @@ pub fn options(args: &LoadtestArgs) -> Result<Options> {
         );
         CheckpointPolicy::Auto { log_ratio: ratio, min_log_bytes: (mb * 1048576.0) as u64 }
     };
-    Ok(Options { capacity: args.capacity, keep_recent: args.keep, checkpoint })
+    let checkpoint_pace =
+        if args.unpaced_checkpoints { CheckpointPace::Unpaced } else { CheckpointPace::default() };
+    Ok(Options { capacity: args.capacity, keep_recent: args.keep, checkpoint, checkpoint_pace })
 }
 
-fn describe_policy(p: &CheckpointPolicy) -> String {
-    match p {
+fn describe_policy(o: &Options) -> String {
+    match o.checkpoint {
         CheckpointPolicy::Manual => "manual (never during the run)".into(),
         CheckpointPolicy::Auto { log_ratio, min_log_bytes } => format!(
-            "automatic, once the log since the last one exceeds {} and {log_ratio} x its size",
-            bytes(*min_log_bytes)
+            "automatic, once the log since the last one exceeds {} and {log_ratio} x its size; {}",
+            bytes(min_log_bytes),
+            match o.checkpoint_pace {
+                CheckpointPace::Unpaced => "unpaced".to_string(),
+                CheckpointPace::Spread { fraction } =>
+                    format!("paced to finish within {fraction} of that much more log"),
+            }
         ),
     }
 }
@@ -394,7 +407,7 @@ pub fn run(args: &LoadtestArgs) -> Result<ExitCode> {
             "seed": args.seed,
             "mix": { "inserts": mix.inserts, "updates": mix.updates, "deletes": mix.deletes },
             "keep": args.keep,
-            "checkpoints": describe_policy(&opts.checkpoint),
+            "checkpoints": describe_policy(&opts),
             "opened": { "version": opened_at, "open_ms": ms(open_time), "recovery": recovery },
             "initial": initial,
             "summary": summary,
@@ -472,7 +485,7 @@ fn render(
         f.capacity,
         args.keep
     )];
-    o.push(format!("checkpoints   {}", describe_policy(&opts.checkpoint)));
+    o.push(format!("checkpoints   {}", describe_policy(opts)));
     o.push(match opened_at {
         0 => format!("opened        a new store in {}", human(open_time)),
         v => format!("opened        at version {v} in {}", human(open_time)),

@@ -8,6 +8,10 @@
 //! - `bavl loadtest`, `bavl crashtest`, `bavl check`, `bavl stats`, `bavl get` and
 //!   `bavl prove` operate the durable store (`bavl_store`).
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod blocks;
 mod crashtest;
 mod demo;

@@ -67,7 +67,8 @@ pub fn store_error(db: &Path, e: StoreError) -> anyhow::Error {
 /// Opens an existing store for reading, retaining the `keep` newest versions.
 pub fn open_existing(db: &Path, keep: u64) -> Result<Store> {
     require_store(db)?;
-    let opts = Options { capacity: None, keep_recent: keep, checkpoint: CheckpointPolicy::Manual };
+    let opts =
+        Options { keep_recent: keep, checkpoint: CheckpointPolicy::Manual, ..Options::default() };
     Store::open(db, opts).map_err(|e| store_error(db, e))
 }
 

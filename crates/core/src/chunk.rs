@@ -1,14 +1,17 @@
 //! A chunk: the leaf of the AVL tree, and the unit of proof and state transfer.
 //!
 //! A chunk holds up to `capacity` entries sorted by key, keys packed in one buffer and
-//! values in another (so a binary search touches contiguous memory, copying a chunk for
-//! copy-on-write is a few `memcpy`s, and no entry costs an allocation of its own).
+//! values in another, and one small record per entry (key prefix, end offsets, leaf hash),
+//! so a binary search touches contiguous memory, copying a chunk for copy-on-write is four
+//! allocations and a few `memcpy`s, and no entry costs an allocation of its own.
 //!
 //! Over its entries lies the in-chunk hash tree, shaped as in RFC 6962: the node over
 //! `n > 1` leaves splits after the largest power of two below `n`. Every node of that tree
 //! is either an aligned perfect block of `2^j` leaves or lies on the right spine, so the
-//! hashes are cached per level (`levels[j-1][b]` = block `b` of `2^j` leaves) and the
-//! spine (at most log2 n nodes) is recomputed when the chunk is rehashed.
+//! hashes of the blocks are cached per level and the spine (at most log2 n nodes) is
+//! recomputed when the chunk is rehashed. The levels live in one buffer laid out for `span`
+//! leaves (`span`, a power of two, at least the entry count): level `j` (blocks of
+//! `2^(j+1)` leaves) holds `span >> (j + 1)` slots from offset `span - (span >> j)`.
 //!
 //! Hashing is lazy: edits only mark what they invalidate. An in-place value update marks
 //! one leaf (`touched`); an insert or removal at position `p` invalidates every block at or
@@ -25,22 +28,30 @@ fn insert_bytes(buf: &mut Vec<u8>, at: usize, bytes: &[u8]) {
     buf[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
+/// One entry's record. Key `i` is `kbuf[kend(i - 1)..kend(i)]` (from 0 for the first),
+/// value `i` likewise in `vbuf`.
+#[derive(Clone, Copy)]
+struct Entry {
+    /// First eight bytes of the key, big-endian and zero-padded: most comparisons in a
+    /// binary search are decided here, without touching the key bytes.
+    prefix: u64,
+    vend: usize,
+    kend: u32,
+    /// The leaf hash; `None` when stale.
+    leaf: Option<Digest>,
+}
+
 #[derive(Clone, Default)]
 pub(crate) struct Chunk {
     kbuf: Vec<u8>,
-    /// `koff.len() == len() + 1`; key `i` is `kbuf[koff[i]..koff[i + 1]]`.
-    koff: Vec<u32>,
-    /// First eight bytes of each key, big-endian and zero-padded: most comparisons in a
-    /// binary search are decided here, without touching the key bytes.
-    prefixes: Vec<u64>,
     vbuf: Vec<u8>,
-    /// `voff.len() == len() + 1`; value `i` is `vbuf[voff[i]..voff[i + 1]]`.
-    voff: Vec<usize>,
-    /// Leaf hashes; `None` when stale.
-    leaves: Vec<Option<Digest>>,
-    /// `levels[j]` holds the hashes of the aligned blocks of `2^(j+1)` leaves.
-    levels: Vec<Vec<Digest>>,
+    entries: Vec<Entry>,
+    /// Cached block hashes, laid out for `span` leaves (see the module documentation):
+    /// `span - 1` slots, or none while `span < 2`.
+    levels: Vec<Digest>,
+    span: usize,
     /// Level hashes of blocks wholly below this position are valid, except over `touched`.
+    /// Never above the entry count at the last rehash, so those blocks fit the layout.
     clean_prefix: usize,
     /// Positions below `clean_prefix` whose leaf changed in place.
     touched: Vec<u32>,
@@ -65,45 +76,68 @@ pub(crate) fn split_point(n: usize) -> usize {
     1 << (usize::BITS - 1 - (n - 1).leading_zeros())
 }
 
+/// Offset of level `j` in a level buffer laid out for `span` leaves.
+#[inline]
+fn level_offset(span: usize, j: usize) -> usize {
+    span - (span >> j)
+}
+
 impl Chunk {
     pub(crate) fn new() -> Self {
-        Chunk { koff: vec![0], voff: vec![0], ..Default::default() }
+        Chunk::default()
     }
 
     /// Appends an entry whose key follows every key here (used when building).
     pub(crate) fn push(&mut self, key: &[u8], value: &[u8], leaf: Option<Digest>) {
         self.kbuf.extend_from_slice(key);
-        self.koff.push(self.kbuf.len() as u32);
-        self.prefixes.push(key_prefix(key));
         self.vbuf.extend_from_slice(value);
-        self.voff.push(self.vbuf.len());
-        self.leaves.push(leaf);
+        self.entries.push(Entry {
+            prefix: key_prefix(key),
+            vend: self.vbuf.len(),
+            kend: self.kbuf.len() as u32,
+            leaf,
+        });
         self.hash = None;
     }
 
     /// Reserves room for `n` entries of about `bytes` key and value bytes in all.
     pub(crate) fn reserve(&mut self, n: usize, key_bytes: usize, value_bytes: usize) {
         self.kbuf.reserve(key_bytes);
-        self.koff.reserve(n);
-        self.prefixes.reserve(n);
         self.vbuf.reserve(value_bytes);
-        self.voff.reserve(n);
-        self.leaves.reserve(n);
+        self.entries.reserve(n);
     }
 
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.prefixes.len()
+        self.entries.len()
+    }
+
+    #[inline]
+    fn kstart(&self, i: usize) -> usize {
+        if i == 0 {
+            0
+        } else {
+            self.entries[i - 1].kend as usize
+        }
+    }
+
+    #[inline]
+    fn vstart(&self, i: usize) -> usize {
+        if i == 0 {
+            0
+        } else {
+            self.entries[i - 1].vend
+        }
     }
 
     #[inline]
     pub(crate) fn key(&self, i: usize) -> &[u8] {
-        &self.kbuf[self.koff[i] as usize..self.koff[i + 1] as usize]
+        &self.kbuf[self.kstart(i)..self.entries[i].kend as usize]
     }
 
     #[inline]
     pub(crate) fn value(&self, i: usize) -> &[u8] {
-        &self.vbuf[self.voff[i]..self.voff[i + 1]]
+        &self.vbuf[self.vstart(i)..self.entries[i].vend]
     }
 
     pub(crate) fn first_key(&self) -> &[u8] {
@@ -117,7 +151,7 @@ impl Chunk {
         let p = key_prefix(key);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let order = match self.prefixes[mid].cmp(&p) {
+            let order = match self.entries[mid].prefix.cmp(&p) {
                 std::cmp::Ordering::Equal => self.key(mid).cmp(key),
                 o => o,
             };
@@ -132,16 +166,17 @@ impl Chunk {
 
     /// Replaces the value of entry `i`.
     pub(crate) fn set_value(&mut self, i: usize, value: &[u8]) {
-        let (a, b) = (self.voff[i], self.voff[i + 1]);
+        let (a, b) = (self.vstart(i), self.entries[i].vend);
         if b - a == value.len() {
             self.vbuf[a..b].copy_from_slice(value);
         } else {
             self.vbuf.splice(a..b, value.iter().copied());
-            for o in &mut self.voff[i + 1..] {
-                *o = *o + value.len() - (b - a);
+            // Every end from `i` on is at least `b - a`, so this never underflows.
+            for e in &mut self.entries[i..] {
+                e.vend = e.vend - (b - a) + value.len();
             }
         }
-        self.leaves[i] = None;
+        self.entries[i].leaf = None;
         if i < self.clean_prefix {
             self.touched.push(i as u32);
         }
@@ -149,41 +184,36 @@ impl Chunk {
     }
 
     pub(crate) fn insert_at(&mut self, i: usize, key: &[u8], value: &[u8]) {
-        let at = self.koff[i];
-        let len = key.len() as u32;
-        insert_bytes(&mut self.kbuf, at as usize, key);
-        self.koff.insert(i + 1, at + len);
-        for o in &mut self.koff[i + 2..] {
-            *o += len;
-        }
-        let vat = self.voff[i];
+        let (kat, vat) = (self.kstart(i), self.vstart(i));
+        insert_bytes(&mut self.kbuf, kat, key);
         insert_bytes(&mut self.vbuf, vat, value);
-        self.voff.insert(i + 1, vat + value.len());
-        for o in &mut self.voff[i + 2..] {
-            *o += value.len();
+        let klen = key.len() as u32;
+        for e in &mut self.entries[i..] {
+            e.kend += klen;
+            e.vend += value.len();
         }
-        self.prefixes.insert(i, key_prefix(key));
-        self.leaves.insert(i, None);
+        let entry = Entry {
+            prefix: key_prefix(key),
+            vend: vat + value.len(),
+            kend: kat as u32 + klen,
+            leaf: None,
+        };
+        self.entries.insert(i, entry);
         self.clean_prefix = self.clean_prefix.min(i);
         self.hash = None;
     }
 
     /// Removes entry `i` and returns its value.
     pub(crate) fn remove_at(&mut self, i: usize) -> Vec<u8> {
-        let (start, end) = (self.koff[i], self.koff[i + 1]);
-        self.kbuf.drain(start as usize..end as usize);
-        self.koff.remove(i + 1);
-        for o in &mut self.koff[i + 1..] {
-            *o -= end - start;
-        }
-        let (vs, ve) = (self.voff[i], self.voff[i + 1]);
+        let (ks, ke) = (self.kstart(i), self.entries[i].kend as usize);
+        let (vs, ve) = (self.vstart(i), self.entries[i].vend);
+        self.kbuf.drain(ks..ke);
         let old = self.vbuf.drain(vs..ve).collect();
-        self.voff.remove(i + 1);
-        for o in &mut self.voff[i + 1..] {
-            *o -= ve - vs;
+        self.entries.remove(i);
+        for e in &mut self.entries[i..] {
+            e.kend -= (ke - ks) as u32;
+            e.vend -= ve - vs;
         }
-        self.leaves.remove(i);
-        self.prefixes.remove(i);
         self.clean_prefix = self.clean_prefix.min(i);
         self.hash = None;
         old
@@ -193,18 +223,18 @@ impl Chunk {
     /// their cached hashes.
     pub(crate) fn split_off_back(&mut self, k: usize) -> Chunk {
         let at = self.len() - k;
-        let (base, vbase) = (self.koff[at], self.voff[at]);
+        let (kbase, vbase) = (self.kstart(at), self.vstart(at));
+        let mut entries = self.entries.split_off(at);
+        for e in &mut entries {
+            e.kend -= kbase as u32;
+            e.vend -= vbase;
+        }
         let moved = Chunk {
-            kbuf: self.kbuf.split_off(base as usize),
-            koff: self.koff[at..].iter().map(|o| o - base).collect(),
-            prefixes: self.prefixes.split_off(at),
+            kbuf: self.kbuf.split_off(kbase),
             vbuf: self.vbuf.split_off(vbase),
-            voff: self.voff[at..].iter().map(|o| o - vbase).collect(),
-            leaves: self.leaves.split_off(at),
+            entries,
             ..Default::default()
         };
-        self.koff.truncate(at + 1);
-        self.voff.truncate(at + 1);
         self.clean_prefix = self.clean_prefix.min(at);
         self.hash = None;
         moved
@@ -223,14 +253,14 @@ impl Chunk {
     /// Appends the entries of `other`, whose keys all follow this chunk's. The entries
     /// already here keep their cached hashes.
     pub(crate) fn append(&mut self, other: &Chunk) {
-        let base = self.kbuf.len() as u32;
+        let (kbase, vbase) = (self.kbuf.len(), self.vbuf.len());
         self.kbuf.extend_from_slice(&other.kbuf);
-        self.koff.extend(other.koff[1..].iter().map(|o| o + base));
-        self.prefixes.extend_from_slice(&other.prefixes);
-        let vbase = self.vbuf.len();
         self.vbuf.extend_from_slice(&other.vbuf);
-        self.voff.extend(other.voff[1..].iter().map(|o| o + vbase));
-        self.leaves.extend_from_slice(&other.leaves);
+        self.entries.extend(other.entries.iter().map(|e| Entry {
+            kend: e.kend + kbase as u32,
+            vend: e.vend + vbase,
+            ..*e
+        }));
         self.hash = None;
     }
 
@@ -239,7 +269,9 @@ impl Chunk {
         other.append(self);
         other.clean_prefix = 0;
         other.touched.clear();
+        // Nothing in the levels is valid any more; only their buffer is reused.
         other.levels = std::mem::take(&mut self.levels);
+        other.span = self.span;
         *self = other;
     }
 
@@ -248,10 +280,10 @@ impl Chunk {
     fn block(&self, lo: usize, size: usize) -> Digest {
         if size == 1 {
             // Callers only ask after `rehash`, when every leaf hash is present.
-            self.leaves[lo].unwrap_or_default()
+            self.entries[lo].leaf.unwrap_or_default()
         } else {
             let j = size.trailing_zeros() as usize;
-            self.levels[j - 1][lo >> j]
+            self.levels[level_offset(self.span, j - 1) + (lo >> j)]
         }
     }
 
@@ -265,16 +297,43 @@ impl Chunk {
         chunk_node_hash::<H>(&self.block(lo, k), &self.node_hash::<H>(lo + k, hi))
     }
 
+    /// Lays the levels out for `span` leaves, keeping the blocks wholly below `clean`, and
+    /// returns the new clean prefix (0 if nothing could be kept).
+    fn relayout(&mut self, span: usize, clean: usize) -> usize {
+        let slots = span.saturating_sub(1);
+        let clean = if clean < 2 || self.span < 2 || span < 2 {
+            self.levels.clear();
+            self.levels.resize(slots, Digest::default());
+            0
+        } else {
+            let mut levels = vec![Digest::default(); slots];
+            let mut j = 0;
+            loop {
+                let keep = (clean >> (j + 1)).min(span >> (j + 1)).min(self.span >> (j + 1));
+                if keep == 0 {
+                    break;
+                }
+                let (from, to) = (level_offset(self.span, j), level_offset(span, j));
+                levels[to..to + keep].copy_from_slice(&self.levels[from..from + keep]);
+                j += 1;
+            }
+            self.levels = levels;
+            clean
+        };
+        self.span = span;
+        clean
+    }
+
     /// Recomputes what edits invalidated and returns the chunk hash.
     pub(crate) fn rehash<H: Hasher>(&mut self) -> Digest {
         if let Some(h) = self.hash {
             return h;
         }
         let n = self.len();
-        let cp = self.clean_prefix.min(n);
+        let mut cp = self.clean_prefix.min(n);
         for i in cp..n {
-            if self.leaves[i].is_none() {
-                self.leaves[i] = Some(leaf_hash_of::<H>(self.key(i), self.value(i)));
+            if self.entries[i].leaf.is_none() {
+                self.entries[i].leaf = Some(leaf_hash_of::<H>(self.key(i), self.value(i)));
             }
         }
         let mut touched = std::mem::take(&mut self.touched);
@@ -283,32 +342,32 @@ impl Chunk {
         touched.dedup();
         for &t in &touched {
             let t = t as usize;
-            self.leaves[t] = Some(leaf_hash_of::<H>(self.key(t), self.value(t)));
+            self.entries[t].leaf = Some(leaf_hash_of::<H>(self.key(t), self.value(t)));
+        }
+        let span = if n >= 2 { n.next_power_of_two() } else { 0 };
+        if span != self.span {
+            cp = self.relayout(span, cp);
         }
         let mut j = 0;
         loop {
             let count = n >> (j + 1);
             if count == 0 {
-                self.levels.truncate(j);
                 break;
             }
-            if self.levels.len() <= j {
-                self.levels.push(Vec::with_capacity(count));
-            }
-            let keep = self.levels[j].len().min(cp >> (j + 1));
-            self.levels[j].truncate(keep);
+            let off = level_offset(span, j);
+            let keep = count.min(cp >> (j + 1));
             let half = 1usize << j;
             for b in keep..count {
                 let lo = b << (j + 1);
-                let h = chunk_node_hash::<H>(&self.block(lo, half), &self.block(lo + half, half));
-                self.levels[j].push(h);
+                self.levels[off + b] =
+                    chunk_node_hash::<H>(&self.block(lo, half), &self.block(lo + half, half));
             }
             let mut last = usize::MAX;
             for &t in &touched {
                 let b = (t as usize) >> (j + 1);
                 if b < keep && b != last {
                     let lo = b << (j + 1);
-                    self.levels[j][b] =
+                    self.levels[off + b] =
                         chunk_node_hash::<H>(&self.block(lo, half), &self.block(lo + half, half));
                     last = b;
                 }
@@ -330,14 +389,18 @@ impl Chunk {
 
     /// Debug check: sorted, offsets consistent, and cached hashes equal a fresh rehash.
     pub(crate) fn check<H: Hasher>(&self) -> Result<(), String> {
-        if self.koff.len() != self.len() + 1
-            || self.voff.len() != self.len() + 1
-            || self.leaves.len() != self.len()
-        {
-            return Err("chunk arrays out of step".into());
+        let (mut kend, mut vend) = (0, 0);
+        for e in &self.entries {
+            if (e.kend as usize) < kend || e.vend < vend {
+                return Err("chunk offsets decrease".into());
+            }
+            (kend, vend) = (e.kend as usize, e.vend);
+        }
+        if kend != self.kbuf.len() || vend != self.vbuf.len() {
+            return Err("chunk offsets and buffers out of step".into());
         }
         for i in 0..self.len() {
-            if self.prefixes[i] != key_prefix(self.key(i)) {
+            if self.entries[i].prefix != key_prefix(self.key(i)) {
                 return Err(format!("cached key prefix stale at {i}"));
             }
             if i > 0 && self.key(i - 1) >= self.key(i) {

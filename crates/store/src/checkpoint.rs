@@ -15,6 +15,7 @@ use bavl_core::{Digest, Restore, Sha256, Snapshot, Tree};
 use crate::backend::Backend;
 use crate::error::{IoContext, StoreError};
 use crate::meta::{checkpoint_name, TMP_SUFFIX};
+use crate::pace::{Pacer, SLICE_BYTES};
 
 const MAGIC: &[u8; 8] = b"BAVLCKP1";
 const END_MAGIC: &[u8; 8] = b"BAVLEND1";
@@ -32,12 +33,14 @@ pub struct CheckpointReport {
 }
 
 /// Writes `snap` as the checkpoint of `version`: to a temporary file, synced, then
-/// renamed into place. If `stop` becomes true the write is abandoned (`Ok(None)`).
+/// renamed into place. If `stop` becomes true the write is abandoned (`Ok(None)`). With a
+/// `pacer`, each chunk waits for its turn and the file is synced every slice.
 pub fn write(
     backend: &dyn Backend,
     version: u64,
     snap: &Snapshot,
     stop: &AtomicBool,
+    pacer: Option<&Pacer>,
 ) -> Result<Option<CheckpointReport>, StoreError> {
     let start = Instant::now();
     let name = checkpoint_name(version);
@@ -57,7 +60,12 @@ pub fn write(
     let werr = |e: io::Error| StoreError::io(format!("writing {tmp}"), e);
     w.write_all(&header).map_err(werr)?;
     let mut bytes = header.len() as u64;
+    let sliced = pacer.is_some_and(Pacer::sliced);
+    let mut synced = 0;
     for i in 0..count {
+        if let Some(p) = pacer {
+            p.wait(i, count, stop);
+        }
         if stop.load(Ordering::Relaxed) {
             drop(w);
             let _ = backend.remove(&tmp);
@@ -67,6 +75,13 @@ pub fn write(
         w.write_all(&(chunk.len() as u32).to_le_bytes()).map_err(werr)?;
         w.write_all(&chunk).map_err(werr)?;
         bytes += 4 + chunk.len() as u64;
+        if sliced && bytes - synced >= SLICE_BYTES {
+            // Hand this slice to the disk now, so that the final sync (and the log's
+            // syncs meanwhile) never wait behind the whole checkpoint.
+            w.flush().map_err(werr)?;
+            w.get_mut().sync().ctx(|| format!("syncing {tmp}"))?;
+            synced = bytes;
+        }
     }
     let mut trailer = END_MAGIC.to_vec();
     trailer.extend_from_slice(&count.to_le_bytes());

@@ -45,6 +45,7 @@ pub mod checkpoint;
 mod error;
 pub mod meta;
 mod open;
+pub mod pace;
 pub mod wal;
 
 use std::collections::BTreeMap;
@@ -61,6 +62,8 @@ use error::IoContext;
 pub use error::StoreError;
 use meta::{checkpoint_name, classify, wal_name, FileKind};
 pub use open::Recovery;
+pub use pace::CheckpointPace;
+use pace::{Activity, Pacer};
 
 /// When the store writes checkpoints by itself.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -82,6 +85,9 @@ pub struct Options {
     /// How many of the newest versions stay readable (at least 1).
     pub keep_recent: u64,
     pub checkpoint: CheckpointPolicy,
+    /// How fast background checkpoints write (by default spread over the commits, so they
+    /// never slow them down in bursts; see [`pace`]).
+    pub checkpoint_pace: CheckpointPace,
 }
 
 impl Default for Options {
@@ -90,6 +96,7 @@ impl Default for Options {
             capacity: None,
             keep_recent: 4,
             checkpoint: CheckpointPolicy::Auto { log_ratio: 1.0, min_log_bytes: 64 << 20 },
+            checkpoint_pace: CheckpointPace::default(),
         }
     }
 }
@@ -133,6 +140,44 @@ pub struct StoreStats {
     pub checkpoint_running: Option<u64>,
 }
 
+/// Frees pruned versions on a thread of its own, so releasing the chunks a version alone
+/// held (as many as a block touched) never lengthens a commit. The channel is bounded: a
+/// commit waits rather than let unreleased versions pile up.
+struct Reclaimer {
+    tx: Option<std::sync::mpsc::SyncSender<Snapshot>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Reclaimer {
+    fn start() -> Reclaimer {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Snapshot>(2);
+        let spawned = std::thread::Builder::new()
+            .name("bavl-reclaim".into())
+            .spawn(move || rx.into_iter().for_each(drop));
+        match spawned {
+            Ok(handle) => Reclaimer { tx: Some(tx), handle: Some(handle) },
+            // No thread: versions are freed inline, as a plain drop would.
+            Err(_) => Reclaimer { tx: None, handle: None },
+        }
+    }
+
+    fn release(&self, snap: Snapshot) {
+        if let Some(tx) = &self.tx {
+            // A send fails only if the thread is gone; the snapshot then drops here.
+            let _ = tx.send(snap);
+        }
+    }
+}
+
+impl Drop for Reclaimer {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 struct Job {
     version: u64,
     stop: Arc<AtomicBool>,
@@ -158,6 +203,8 @@ pub struct Store {
     timing: CommitTiming,
     stats: StoreStats,
     recovery: Recovery,
+    reclaimer: Reclaimer,
+    activity: Arc<Activity>,
 }
 
 impl Store {
@@ -192,6 +239,8 @@ impl Store {
             timing: CommitTiming::default(),
             stats: StoreStats::default(),
             recovery: o.recovery,
+            reclaimer: Reclaimer::start(),
+            activity: Activity::new(),
             opts,
         };
         store.retain();
@@ -234,6 +283,7 @@ impl Store {
         self.record.check_room(key, value.len())?;
         let new = self.tree.insert(key, value)?;
         self.record.put(key, value);
+        self.activity.touch();
         Ok(new)
     }
 
@@ -245,6 +295,7 @@ impl Store {
         if old.is_some() {
             self.record.delete(key);
         }
+        self.activity.touch();
         Ok(old)
     }
 
@@ -270,6 +321,7 @@ impl Store {
         self.stats.log_bytes_written += log_bytes;
         self.stats.ops_committed += ops as u64;
         self.log_since_checkpoint += log_bytes;
+        self.activity.logged(log_bytes);
         self.head = version;
         self.head_root = root;
         self.versions.insert(version, self.tree.snapshot());
@@ -314,15 +366,15 @@ impl Store {
     }
 
     /// Drops every retained version older than `version` (never the newest). Their
-    /// memory is released when no snapshot of them is held elsewhere; their log records
-    /// are deleted once a later checkpoint finishes.
+    /// memory is released, on a background thread, when no snapshot of them is held
+    /// elsewhere; their log records are deleted once a later checkpoint finishes.
     pub fn prune(&mut self, version: u64) {
         let keep = version.min(self.head);
         while let Some(entry) = self.versions.first_entry() {
             if *entry.key() >= keep {
                 break;
             }
-            entry.remove();
+            self.reclaimer.release(entry.remove());
         }
     }
 
@@ -353,10 +405,15 @@ impl Store {
         let stop = Arc::new(AtomicBool::new(false));
         let backend = self.backend.clone();
         let flag = stop.clone();
+        // Spread over as much log as was written since the last checkpoint (with the
+        // `Auto` policy, what made this one due): it then ends well before the next.
+        self.activity.urgent.store(false, Ordering::Relaxed);
+        let pacer =
+            Pacer::new(self.activity.clone(), self.opts.checkpoint_pace, self.log_since_checkpoint);
         let handle = std::thread::Builder::new()
             .name("bavl-checkpoint".into())
             .spawn(move || {
-                let report = checkpoint::write(&*backend, version, &snap, &flag)?;
+                let report = checkpoint::write(&*backend, version, &snap, &flag, Some(&pacer))?;
                 if report.is_some() {
                     meta::write_head(&*backend, head)?;
                     delete_obsolete(&*backend, version)?;
@@ -380,9 +437,11 @@ impl Store {
         self.last_report.as_ref()
     }
 
-    /// Waits for the running checkpoint, if any, and returns its report.
+    /// Waits for the running checkpoint, if any, and returns its report. A paced
+    /// checkpoint runs at full speed from this call on.
     pub fn wait_checkpoint(&mut self) -> Result<Option<CheckpointReport>, StoreError> {
         let Some(job) = self.job.take() else { return Ok(None) };
+        self.activity.urgent.store(true, Ordering::Relaxed);
         self.finish_job(job)
     }
 

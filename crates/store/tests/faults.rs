@@ -31,7 +31,7 @@ const SEED: u64 = 5;
 const POLICY: CheckpointPolicy = CheckpointPolicy::Auto { log_ratio: 0.5, min_log_bytes: 2048 };
 
 fn opts() -> Options {
-    Options { capacity: Some(8), keep_recent: 3, checkpoint: POLICY }
+    Options { capacity: Some(8), keep_recent: 3, checkpoint: POLICY, ..Options::default() }
 }
 
 fn mix() -> Mix {

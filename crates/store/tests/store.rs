@@ -31,7 +31,12 @@ impl Drop for TempDir {
 }
 
 fn opts(capacity: u32, keep: u64, policy: CheckpointPolicy) -> Options {
-    Options { capacity: Some(capacity), keep_recent: keep, checkpoint: policy }
+    Options {
+        capacity: Some(capacity),
+        keep_recent: keep,
+        checkpoint: policy,
+        ..Options::default()
+    }
 }
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;

@@ -9,51 +9,38 @@
 //!   whole state itself with `bavl_store::checkpoint::write` (which syncs it), and
 //!   resumes.
 //!
-//! A third kind, `bavl-idle`, is bavl with the checkpoint thread moved to the `SCHED_IDLE`
-//! scheduling class by the benchmark as soon as it starts: it measures what a
-//! lower-priority checkpoint writer would give, without changing the store.
+//! A third kind, `bavl-unpaced`, is bavl with `CheckpointPace::Unpaced`: the background
+//! checkpoint written as fast as the disk takes it and synced once at its end, instead of
+//! spread over the commits (the store's default, `bavl_store::pace`). It shows what the
+//! pacing is for.
 //!
-//! A fourth, `bavl-paced`, runs the same background checkpoint (an O(1) snapshot written
-//! by `checkpoint::write` on another thread) from the benchmark, through a file backend
-//! that hands the data to the disk slice by slice as it is written ([`PacedDir`]): what a
-//! checkpoint writer paced this way inside the store would give.
-//!
-//! Runs alternate (bavl, baseline, bavl-idle, bavl-paced, bavl, ...) so that drifting
-//! machine load hits every kind alike.
+//! Runs alternate (bavl, baseline, bavl-unpaced, bavl, ...) so that drifting machine load
+//! hits every kind alike.
 
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use bavl_store::{Backend, CheckpointPolicy, DirBackend, Options, Store};
+use bavl_store::{Backend, CheckpointPace, CheckpointPolicy, DirBackend, Options, Store};
 use bavl_workload::{Mix, Op};
 use serde::Serialize;
 
-use super::paced::PacedDir;
 use super::timeline::{
     block_class, latency_split, local_ratios, mean, throughput_split, windows, BlockRec, Class,
     Interval, Split, Window,
 };
-use super::util::{
-    apply, copy_store, process_cpu_secs, remove_dir, round, set_idle_priority, thread_cpu_secs,
-    thread_ids, OPS,
-};
+use super::util::{apply, copy_store, process_cpu_secs, remove_dir, round, thread_cpu_secs, OPS};
 use crate::workload::{wait_for_quiet, CpuMeter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// The store's background checkpoint, with the default pacing.
     Bavl,
     Baseline,
-    /// bavl with the checkpoint thread moved to `SCHED_IDLE` by the benchmark once started.
-    BavlIdle,
-    /// A background checkpoint like bavl's (same snapshot, same `checkpoint::write`) on a
-    /// thread of the benchmark, written through a [`PacedDir`]: handed to the disk in
-    /// slices as it is written instead of all at its final `fsync`.
-    BavlPaced,
+    /// The store's background checkpoint, unpaced.
+    BavlUnpaced,
 }
 
 impl Kind {
@@ -61,8 +48,7 @@ impl Kind {
         match self {
             Kind::Bavl => "bavl",
             Kind::Baseline => "baseline",
-            Kind::BavlIdle => "bavl-idle",
-            Kind::BavlPaced => "bavl-paced",
+            Kind::BavlUnpaced => "bavl-unpaced",
         }
     }
 }
@@ -107,10 +93,6 @@ pub struct Schedule {
     /// Measured blocks (`every * checkpoints`).
     pub measured_blocks: usize,
     pub window_s: f64,
-    /// bavl-paced: bytes per slice handed to the disk, and bytes per second at most (0: no
-    /// bound).
-    pub paced_slice_bytes: u64,
-    pub paced_bytes_per_s: f64,
 }
 
 impl Schedule {
@@ -175,8 +157,6 @@ pub struct Run {
     pub checkpoint_call_ms: Vec<f64>,
     /// bavl: checkpoints not started because the previous one was still running.
     pub skipped_checkpoints: usize,
-    /// bavl-idle: checkpoint threads moved to `SCHED_IDLE`.
-    pub idle_priority_threads: usize,
     pub others_busy_cores: f64,
     pub waited_for_quiet_s: f64,
     pub root: String,
@@ -217,19 +197,17 @@ pub fn run(
     let ckpt_dir = work.join("baseline-checkpoints");
     remove_dir(work)?;
     copy_store(base, &dir)?;
-    let opts = Options { checkpoint: CheckpointPolicy::Manual, ..Options::default() };
+    let pace =
+        if kind == Kind::BavlUnpaced { CheckpointPace::Unpaced } else { CheckpointPace::default() };
+    let opts = Options {
+        checkpoint: CheckpointPolicy::Manual,
+        checkpoint_pace: pace,
+        ..Options::default()
+    };
     let mut store = Store::open(&dir, opts)?;
     let keys_start = store.working().len();
     let backend: Option<DirBackend> =
         if kind == Kind::Baseline { Some(DirBackend::open(&ckpt_dir)?) } else { None };
-    let paced: Option<Arc<PacedDir>> = if kind == Kind::BavlPaced {
-        let dir = work.join("paced-checkpoints");
-        Some(Arc::new(PacedDir::new(dir, s.paced_slice_bytes, s.paced_bytes_per_s)?))
-    } else {
-        None
-    };
-    // bavl-paced: the checkpoint thread, started at; it returns its end and bytes.
-    let mut job: Option<(f64, PacedJob)> = None;
     for ops in &blocks[..s.warmup_blocks] {
         apply(&mut store, ops)?;
         store.commit()?;
@@ -243,7 +221,6 @@ pub fn run(
     let mut intervals = Vec::new();
     let (mut ckpt_bytes, mut call_ms) = (Vec::new(), Vec::new());
     let mut skipped = 0;
-    let mut idle_threads = 0;
     let mut last_baseline: Option<String> = None;
     // bavl: (start, last poll at which it was still running, checkpoint bytes before).
     let mut open: Option<(f64, f64, u64)> = None;
@@ -253,17 +230,10 @@ pub fn run(
     for (i, ops) in measured.iter().enumerate() {
         if s.checkpoint_before(i) {
             match kind {
-                Kind::Bavl | Kind::BavlIdle => {
+                Kind::Bavl | Kind::BavlUnpaced => {
                     let before = store.stats()?.checkpoint_bytes_written;
-                    let threads = thread_ids();
                     let start = now();
                     let started = store.checkpoint()?;
-                    if kind == Kind::BavlIdle && started.is_some() {
-                        // The checkpoint thread is the one thread that did not exist before.
-                        for tid in thread_ids().into_iter().filter(|t| !threads.contains(t)) {
-                            idle_threads += usize::from(set_idle_priority(tid));
-                        }
-                    }
                     let end = now();
                     match (started, open) {
                         (None, _) => skipped += 1,
@@ -286,26 +256,12 @@ pub fn run(
                         }
                     }
                 }
-                Kind::BavlPaced => {
-                    if job.is_some() {
-                        skipped += 1;
-                    } else {
-                        let start = now();
-                        let (snap, version) = (store.latest(), store.version());
-                        let dir = paced.clone().expect("paced backend");
-                        let handle = std::thread::Builder::new()
-                            .name("bavl-paced-ckpt".into())
-                            .spawn(move || paced_checkpoint(&dir, version, snap, t0))?;
-                        call_ms.push(round((now() - start) * 1e3, 3));
-                        job = Some((start, handle));
-                    }
-                }
                 Kind::Baseline => {
                     let backend = backend.as_ref().expect("baseline backend");
                     let start = now();
                     let snap = store.latest();
                     let version = store.version();
-                    let rep = bavl_store::checkpoint::write(backend, version, &snap, &stop)?
+                    let rep = bavl_store::checkpoint::write(backend, version, &snap, &stop, None)?
                         .context("the baseline checkpoint was abandoned")?;
                     let name = bavl_store::meta::checkpoint_name(version);
                     if let Some(old) = last_baseline.replace(name) {
@@ -333,13 +289,6 @@ pub fn run(
             cores: cpu / (end - start),
             writer_cores: writer_cpu / (end - start),
         });
-        if job.as_ref().is_some_and(|(_, h)| h.is_finished()) {
-            let (start, h) = job.take().expect("a job");
-            let (end, bytes) =
-                h.join().map_err(|_| anyhow::anyhow!("checkpoint thread panicked"))??;
-            intervals.push(Interval::exact(start, end));
-            ckpt_bytes.push(bytes);
-        }
         if let Some((cs, last_poll, before)) = open {
             // The commit polled the checkpoint thread when it began: running then means
             // it ends after `commit_start`; finished means it ended after the last poll.
@@ -359,12 +308,6 @@ pub fn run(
         let end = now();
         intervals.push(Interval { start: cs, end_min: last_poll, end_max: end });
         ckpt_bytes.push(store.stats()?.checkpoint_bytes_written - before);
-    }
-    if let Some((start, h)) = job.take() {
-        let (end, bytes) =
-            h.join().map_err(|_| anyhow::anyhow!("checkpoint thread panicked"))??;
-        intervals.push(Interval::exact(start, end));
-        ckpt_bytes.push(bytes);
     }
     let others = meter.others_cores();
     let keys_end = store.working().len();
@@ -422,7 +365,6 @@ pub fn run(
         checkpoint_bytes: ckpt_bytes,
         checkpoint_call_ms: call_ms,
         skipped_checkpoints: skipped,
-        idle_priority_threads: idle_threads,
         others_busy_cores: round(others, 2),
         waited_for_quiet_s: round(waited, 1),
         root,
@@ -443,32 +385,6 @@ pub fn run(
         windows: wins,
         classified,
     })
-}
-
-/// bavl-paced's checkpoint thread, returning its end and bytes.
-type PacedJob = JoinHandle<Result<(f64, u64)>>;
-
-/// bavl-paced's checkpoint thread: writes `snap` through the paced backend, releases it,
-/// deletes the previous checkpoint, returns when it finished (seconds since `t0`) and its
-/// bytes.
-fn paced_checkpoint(
-    dir: &PacedDir,
-    version: u64,
-    snap: bavl_core::Snapshot,
-    t0: Instant,
-) -> Result<(f64, u64)> {
-    let rep = bavl_store::checkpoint::write(dir, version, &snap, &AtomicBool::new(false))?
-        .context("the paced checkpoint was abandoned")?;
-    // Released here, before the end is taken, as the store's checkpoint thread releases
-    // its snapshot before it finishes: freeing the chunks only it still held is part of
-    // the checkpoint's cost.
-    drop(snap);
-    let name = bavl_store::meta::checkpoint_name(version);
-    for old in dir.list()?.into_iter().filter(|n| *n != name) {
-        dir.remove(&old)?;
-    }
-    dir.sync_dir()?;
-    Ok((t0.elapsed().as_secs_f64(), rep.bytes))
 }
 
 fn split_means(d: &[f64], o: &[f64]) -> Split {
@@ -561,8 +477,6 @@ mod tests {
             checkpoints: 3,
             measured_blocks: 30,
             window_s: 0.1,
-            paced_slice_bytes: 1,
-            paced_bytes_per_s: 0.0,
         };
         let at: Vec<usize> = (0..40).filter(|&i| s.checkpoint_before(i)).collect();
         assert_eq!(at, [5, 15, 25]);

@@ -16,7 +16,6 @@
 //! beside it, and prints a summary.
 
 mod ckpt;
-mod paced;
 mod phases;
 mod ram;
 pub mod timeline;
@@ -56,11 +55,12 @@ pub struct StoreArgs {
     /// default checkpoint policy lets the log grow to; 10 with --quick).
     #[arg(long)]
     tail_blocks: Option<usize>,
-    /// Checkpoint experiment: a checkpoint every this many blocks (default: about 2.5
-    /// times the blocks one checkpoint spans, at least 10).
+    /// Checkpoint experiment: a checkpoint every this many blocks (default: as often as
+    /// the default policy checkpoints, i.e. every time the log has grown by the size of a
+    /// checkpoint; at least 10).
     #[arg(long)]
     checkpoint_every: Option<usize>,
-    /// Checkpoints per run of the experiment (default 8; 3 with --quick).
+    /// Checkpoints per run of the experiment (default 4; 3 with --quick).
     #[arg(long)]
     checkpoints: Option<usize>,
     /// Unmeasured blocks at the start of each run of the experiment, after opening the
@@ -68,15 +68,10 @@ pub struct StoreArgs {
     /// state (default 15; 3 with --quick).
     #[arg(long)]
     experiment_warmup_blocks: Option<usize>,
-    /// Runs of each kind, alternating bavl, baseline and bavl-idle (default 2; 1 with --quick).
+    /// Runs of each kind, alternating bavl, baseline and bavl-unpaced (default 2; 1 with
+    /// --quick).
     #[arg(long)]
     runs: Option<usize>,
-    /// bavl-paced: megabytes per slice handed to the disk while writing a checkpoint.
-    #[arg(long, default_value_t = 1.0)]
-    paced_slice_mb: f64,
-    /// bavl-paced: megabytes per second at most (0: no bound).
-    #[arg(long, default_value_t = 150.0)]
-    paced_mb_per_s: f64,
     /// Throughput window of the experiment, milliseconds (default 100; 25 with --quick).
     #[arg(long)]
     window_ms: Option<f64>,
@@ -122,7 +117,7 @@ struct Params {
     ops_per_block: u32,
     mix: &'static str,
     seed: u64,
-    /// The global allocator of this build (`--features mimalloc` for mimalloc).
+    /// The global allocator of this build (mimalloc by default; glibc with `--no-default-features`).
     allocator: &'static str,
     store_dir: String,
     store_dir_fs: String,
@@ -163,12 +158,10 @@ struct Figures {
     /// machine's speed over a run), averaged: bavl, and the blocking baseline.
     checkpoint_throughput_ratio_local: f64,
     blocking_baseline_ratio_local: f64,
-    /// The same two ratios with the checkpoint thread at idle CPU priority (bavl-idle).
-    checkpoint_throughput_ratio_idle_priority: f64,
-    checkpoint_p99_latency_ratio_idle_priority: f64,
-    /// The same two ratios with the checkpoint written slice by slice (bavl-paced).
-    checkpoint_throughput_ratio_paced: f64,
-    checkpoint_p99_latency_ratio_paced: f64,
+    /// The same two ratios with the checkpoint unpaced (bavl-unpaced: written as fast as
+    /// the disk takes it, synced once at its end).
+    checkpoint_throughput_ratio_unpaced: f64,
+    checkpoint_p99_latency_ratio_unpaced: f64,
     checkpoint_every_blocks: usize,
     checkpoint_duration_s: Vec<f64>,
     checkpoint_duration_s_mean: f64,
@@ -195,13 +188,8 @@ struct Experiment {
     every_chosen: String,
     bavl: KindSummary,
     baseline: KindSummary,
-    /// bavl with the checkpoint thread at idle CPU priority (SCHED_IDLE, set by the
-    /// benchmark): what a lower-priority checkpoint writer would give.
-    bavl_idle: KindSummary,
-    /// The same background checkpoint run by the benchmark through a file backend that
-    /// hands the data to the disk slice by slice (`sync_file_range`) as it is written:
-    /// what a paced checkpoint writer in the store would give.
-    bavl_paced: KindSummary,
+    /// bavl with `CheckpointPace::Unpaced`: what the pacing is for.
+    bavl_unpaced: KindSummary,
     runs: Vec<Run>,
 }
 
@@ -250,7 +238,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
     let warmup = a.warmup_blocks.unwrap_or(if q { 2 } else { 5 });
     let wait_quiet = a.wait_quiet.unwrap_or(if q { 0.0 } else { 60.0 });
     let runs = a.runs.unwrap_or(if q { 1 } else { 2 }).max(1);
-    let checkpoints = a.checkpoints.unwrap_or(if q { 3 } else { 8 }).max(1);
+    let checkpoints = a.checkpoints.unwrap_or(if q { 3 } else { 4 }).max(1);
     let fs = check_real_disk(&a.dir)?;
     let root = a.dir.clone();
     eprintln!("stores under {} ({fs}); load average {}", root.display(), machine.load_avg_start);
@@ -294,16 +282,16 @@ pub fn store(a: StoreArgs) -> Result<()> {
     eprintln!("  {:.1} bytes/key", small.ram_bytes_per_key);
 
     let block_s = durable.commit_latency_ms_p50 / 1e3;
-    let span = idle_ckpt.elapsed.as_secs_f64() / block_s.max(1e-6);
-    let every =
-        a.checkpoint_every.unwrap_or_else(|| ((2.5 * span / 5.0).ceil() as usize * 5).max(10));
+    // The default policy's cadence: a checkpoint once the log has grown by its size.
+    let cadence = tail(idle_ckpt.bytes);
+    let every = a.checkpoint_every.unwrap_or(cadence.max(10));
     let every_chosen = match a.checkpoint_every {
         Some(_) => "--checkpoint-every".to_string(),
         None => format!(
-            "2.5 x the blocks an idle checkpoint spans ({:.2} s / {:.1} ms = {span:.1} blocks), \
-             rounded up to a multiple of 5, at least 10",
-            idle_ckpt.elapsed.as_secs_f64(),
-            block_s * 1e3
+            "the default policy's cadence: a checkpoint ({:.0} MB) once the log has grown by as \
+             much, {:.0} KB per block ({cadence} blocks), at least 10",
+            idle_ckpt.bytes as f64 / 1e6,
+            log_per_block / 1e3
         ),
     };
     let schedule = Schedule {
@@ -312,8 +300,6 @@ pub fn store(a: StoreArgs) -> Result<()> {
         checkpoints,
         measured_blocks: every * checkpoints,
         window_s: a.window_ms.unwrap_or(if q { 25.0 } else { 100.0 }) / 1e3,
-        paced_slice_bytes: (a.paced_slice_mb * 1e6) as u64,
-        paced_bytes_per_s: a.paced_mb_per_s * 1e6,
     };
     eprintln!(
         "  a checkpoint every {every} blocks, {checkpoints} per run, {} blocks per run; generating them",
@@ -323,7 +309,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
         ckpt::stream(a.seed, keys, head, schedule.warmup_blocks + schedule.measured_blocks)?;
     let mut all_runs: Vec<Run> = Vec::new();
     for r in 0..runs {
-        for kind in [Kind::Bavl, Kind::Baseline, Kind::BavlIdle, Kind::BavlPaced] {
+        for kind in [Kind::Bavl, Kind::Baseline, Kind::BavlUnpaced] {
             let series = format!("{}-{}", kind.name(), r + 1);
             eprintln!("  run {series}");
             let run = ckpt::run(
@@ -354,8 +340,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
     let of = |k: Kind| all_runs.iter().filter(|r| r.kind == k.name()).collect::<Vec<_>>();
     let bavl = ckpt::summarize(&of(Kind::Bavl));
     let baseline = ckpt::summarize(&of(Kind::Baseline));
-    let bavl_idle = ckpt::summarize(&of(Kind::BavlIdle));
-    let bavl_paced = ckpt::summarize(&of(Kind::BavlPaced));
+    let bavl_unpaced = ckpt::summarize(&of(Kind::BavlUnpaced));
     let experiment = Experiment {
         keys: keys as u64,
         schedule,
@@ -365,8 +350,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
         every_chosen,
         bavl,
         baseline,
-        bavl_idle,
-        bavl_paced,
+        bavl_unpaced,
         runs: all_runs,
     };
 
@@ -417,10 +401,8 @@ pub fn store(a: StoreArgs) -> Result<()> {
         checkpoint_p99_latency_ratio: e.bavl.latency_p99.ratio,
         checkpoint_throughput_ratio_local: e.bavl.throughput_ratio_local,
         blocking_baseline_ratio_local: e.baseline.throughput_ratio_local,
-        checkpoint_throughput_ratio_idle_priority: e.bavl_idle.throughput.ratio,
-        checkpoint_p99_latency_ratio_idle_priority: e.bavl_idle.latency_p99.ratio,
-        checkpoint_throughput_ratio_paced: e.bavl_paced.throughput.ratio,
-        checkpoint_p99_latency_ratio_paced: e.bavl_paced.latency_p99.ratio,
+        checkpoint_throughput_ratio_unpaced: e.bavl_unpaced.throughput.ratio,
+        checkpoint_p99_latency_ratio_unpaced: e.bavl_unpaced.latency_p99.ratio,
         checkpoint_every_blocks: e.schedule.every,
         checkpoint_duration_s: e.bavl.checkpoint_s.clone(),
         checkpoint_duration_s_mean: e.bavl.checkpoint_s_mean,
@@ -542,14 +524,14 @@ fn notes(d: &Durable, r: &ReopenPhase, e: &Experiment, m: &Machine) -> Vec<Strin
             .to_string(),
         format!(
             "checkpoint experiment (SMaRtTrie §5.3): {} runs of each kind, alternating, on copies of one \
-             {}-key store and the same blocks; a checkpoint every {} blocks, {} per run. bavl: \
-             Store::checkpoint() (background thread, O(1) snapshot); its end is seen by the next \
-             commit, so it is known within one block (intervals: end_min..end_max). baseline: the \
-             writer stops and writes the state itself with bavl_store::checkpoint::write (synced). \
-             bavl-idle: bavl with the checkpoint thread moved to SCHED_IDLE by the benchmark. \
-             bavl-paced: the same snapshot written by checkpoint::write on a benchmark thread through \
-             a file backend handing each slice of params to the disk as it goes (sync_file_range), \
-             its end known exactly. \
+             {}-key store and the same blocks; a checkpoint every {} blocks (experiment.every_chosen), \
+             {} per run. bavl: Store::checkpoint() (background thread, O(1) snapshot) with the default \
+             pacing (CheckpointPace::Spread {{ fraction: 0.5 }}: the chunks are written in step with the \
+             log, to finish once the log has grown by half of what it grew since the previous \
+             checkpoint, and synced every MiB); its end is seen by the next commit, so it is known \
+             within one block (intervals: end_min..end_max). baseline: the writer stops and writes \
+             the state itself with bavl_store::checkpoint::write (synced). bavl-unpaced: bavl with \
+             CheckpointPace::Unpaced (as fast as the disk takes it, synced once at its end). \
              Throughput in {:.0} ms windows (a block's operations spread over its time); a window \
              counts as during a checkpoint if it lies wholly inside one, outside if it overlaps none \
              (including its uncertain end), otherwise it is an edge and counts in neither mean. \
@@ -723,37 +705,25 @@ fn summary(r: &StoreReport) -> String {
     row(&mut s, "blocking_baseline_ratio", format!("{:.3}", f.blocking_baseline_ratio), "");
     row(
         &mut s,
-        "  local ratios (each checkpoint vs the windows around it) bavl / baseline / idle / paced",
+        "  local ratios (each checkpoint vs the windows around it) bavl / baseline / unpaced",
         format!(
-            "{:.3} / {:.3} / {:.3} / {:.3}",
+            "{:.3} / {:.3} / {:.3}",
             e.bavl.throughput_ratio_local,
             e.baseline.throughput_ratio_local,
-            e.bavl_idle.throughput_ratio_local,
-            e.bavl_paced.throughput_ratio_local
+            e.bavl_unpaced.throughput_ratio_local
         ),
         "",
     );
     row(
         &mut s,
-        "  bavl with the checkpoint thread at idle priority: throughput / p99 ratios",
+        "  bavl with the checkpoint unpaced: throughput / p99 ratios",
         format!(
             "{:.3} / {:.3}",
-            f.checkpoint_throughput_ratio_idle_priority,
-            f.checkpoint_p99_latency_ratio_idle_priority
+            f.checkpoint_throughput_ratio_unpaced, f.checkpoint_p99_latency_ratio_unpaced
         ),
         "",
     );
-    row(
-        &mut s,
-        "  the checkpoint written slice by slice (bavl-paced): throughput / p99 ratios",
-        format!(
-            "{:.3} / {:.3}",
-            f.checkpoint_throughput_ratio_paced, f.checkpoint_p99_latency_ratio_paced
-        ),
-        "",
-    );
-    for (name, k) in [("bavl", &e.bavl), ("bavl-idle", &e.bavl_idle), ("bavl-paced", &e.bavl_paced)]
-    {
+    for (name, k) in [("bavl", &e.bavl), ("bavl-unpaced", &e.bavl_unpaced)] {
         row(
             &mut s,
             &format!("  {name} block parts during / outside: apply, hash, persist ms; cores"),
@@ -782,12 +752,11 @@ fn summary(r: &StoreReport) -> String {
     );
     row(
         &mut s,
-        "checkpoint s (bavl, bavl-idle, bavl-paced: background) / pause s (baseline)",
+        "checkpoint s (bavl, bavl-unpaced: background) / pause s (baseline)",
         format!(
-            "{:.2}, {:.2}, {:.2} / {:.2}, every {} blocks",
+            "{:.2}, {:.2} / {:.2}, every {} blocks",
             e.bavl.checkpoint_s_mean,
-            e.bavl_idle.checkpoint_s_mean,
-            e.bavl_paced.checkpoint_s_mean,
+            e.bavl_unpaced.checkpoint_s_mean,
             e.baseline.checkpoint_s_mean,
             e.schedule.every
         ),
@@ -795,10 +764,10 @@ fn summary(r: &StoreReport) -> String {
     );
     row(
         &mut s,
-        "ops/s over the experiment bavl / baseline / bavl-idle / bavl-paced",
+        "ops/s over the experiment bavl / baseline / bavl-unpaced",
         format!(
-            "{:.0} / {:.0} / {:.0} / {:.0}",
-            e.bavl.ops_per_s, e.baseline.ops_per_s, e.bavl_idle.ops_per_s, e.bavl_paced.ops_per_s
+            "{:.0} / {:.0} / {:.0}",
+            e.bavl.ops_per_s, e.baseline.ops_per_s, e.bavl_unpaced.ops_per_s
         ),
         "",
     );

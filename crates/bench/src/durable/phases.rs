@@ -345,7 +345,8 @@ pub fn build_checkpointed(
 ) -> Result<(u64, bavl_store::CheckpointReport, f64)> {
     remove_dir(dir)?;
     let t = Instant::now();
-    let opts = Options { keep_recent: 1, checkpoint: CheckpointPolicy::Manual, capacity: None };
+    let opts =
+        Options { keep_recent: 1, checkpoint: CheckpointPolicy::Manual, ..Options::default() };
     let mut store = Store::open(dir, opts)?;
     load(&mut store, seed, keys)?;
     store.checkpoint()?.context("a checkpoint was already running")?;

@@ -56,7 +56,8 @@ fn trim_allocator() {
 /// The child's side: opens the store at `dir`, prints a [`RamSample`] as JSON.
 pub fn child(dir: &Path) -> Result<()> {
     let (rss_before, _) = rss_hwm();
-    let opts = Options { keep_recent: 1, checkpoint: CheckpointPolicy::Manual, capacity: None };
+    let opts =
+        Options { keep_recent: 1, checkpoint: CheckpointPolicy::Manual, ..Options::default() };
     let t = Instant::now();
     let store = Store::open(dir, opts).with_context(|| format!("opening {}", dir.display()))?;
     let open_ms = t.elapsed().as_secs_f64() * 1e3;

@@ -155,17 +155,3 @@ pub fn round(x: f64, digits: i32) -> f64 {
     let m = 10f64.powi(digits);
     (x * m).round() / m
 }
-
-/// Thread ids of this process.
-pub fn thread_ids() -> Vec<i32> {
-    let Ok(dir) = fs::read_dir("/proc/self/task") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
-}
-
-/// Moves thread `tid` of this process to the `SCHED_IDLE` class: it then runs only on a
-/// CPU that nothing else wants. False if the kernel refused.
-pub fn set_idle_priority(tid: i32) -> bool {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain system call on a thread id of this process with a live parameter.
-    unsafe { libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) == 0 }
-}
