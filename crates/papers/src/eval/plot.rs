@@ -1,0 +1,319 @@
+//! The plots: insert/search time against tree size (Fig. 5), proof sizes against chunk size
+//! and their CDF (Fig. 6), space efficiency against chunk size and during insertion (Fig. 7).
+//!
+//! Text needs a TrueType font: plotters is built with `ab_glyph`, and the font file is read
+//! at run time from `BAVL_BENCH_FONT` or the usual DejaVu/Liberation paths. Without a font
+//! the plots are skipped with a warning; CSV, Markdown and JSON are unaffected.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+
+use super::measure::quantile;
+use super::report::ORDER;
+use super::{Options, Results};
+
+const FONT: &str = "sans-serif";
+const FONT_PATHS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+const COLORS: [RGBColor; 4] = [
+    RGBColor(120, 120, 120),
+    RGBColor(214, 120, 20),
+    RGBColor(40, 150, 60),
+    RGBColor(31, 102, 181),
+];
+
+fn ensure_font() -> Result<()> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let env = std::env::var("BAVL_BENCH_FONT").ok();
+        let path =
+            env.iter().map(String::as_str).chain(FONT_PATHS).find(|p| Path::new(p).is_file());
+        let path = path.ok_or("no TrueType font found (set BAVL_BENCH_FONT)")?;
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        register_font(FONT, FontStyle::Normal, bytes)
+            .map_err(|_| format!("{path}: not a usable font"))
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+fn e<E: std::fmt::Display>(err: E) -> anyhow::Error {
+    anyhow!("{err}")
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// One panel of lines (one per structure) with optional error bars, log or linear axes.
+struct Lines {
+    title: String,
+    x_desc: &'static str,
+    y_desc: &'static str,
+    log_x: bool,
+    log_y: bool,
+    /// Per structure: `(x, y, y_lo, y_hi)`.
+    series: Vec<(usize, Vec<(f64, f64, f64, f64)>)>,
+    points: bool,
+}
+
+fn tr(v: f64, log: bool) -> f64 {
+    if log {
+        v.max(1e-12).log10()
+    } else {
+        v
+    }
+}
+
+fn label(v: f64, log: bool) -> String {
+    let v = if log { 10f64.powf(v) } else { v };
+    if v >= 1e6 {
+        format!("{:.0}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}K", v / 1e3)
+    } else if v >= 10.0 {
+        format!("{v:.0}")
+    } else if v >= 0.1 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn draw_lines(area: &Area<'_>, p: &Lines) -> Result<()> {
+    let all: Vec<(f64, f64)> = p
+        .series
+        .iter()
+        .flat_map(|(_, s)| s.iter().flat_map(|&(x, _, lo, hi)| [(x, lo), (x, hi)]))
+        .map(|(x, y)| (tr(x, p.log_x), tr(y, p.log_y)))
+        .collect();
+    let (x0, x1) = all.iter().fold((f64::MAX, f64::MIN), |a, v| (a.0.min(v.0), a.1.max(v.0)));
+    let (y0, y1) = all.iter().fold((f64::MAX, f64::MIN), |a, v| (a.0.min(v.1), a.1.max(v.1)));
+    let (xp, yp) = (((x1 - x0) * 0.05).max(0.05), ((y1 - y0) * 0.08).max(0.02));
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.title, (FONT, 22))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d((x0 - xp)..(x1 + xp), (y0 - yp)..(y1 + yp + (y1 - y0) * 0.35))
+        .map_err(e)?;
+    let (lx, ly) = (p.log_x, p.log_y);
+    chart
+        .configure_mesh()
+        .x_desc(p.x_desc)
+        .y_desc(p.y_desc)
+        .x_label_formatter(&|v| label(*v, lx))
+        .y_label_formatter(&|v| label(*v, ly))
+        .label_style((FONT, 15))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(e)?;
+    for (i, pts) in &p.series {
+        let c = COLORS[*i];
+        let t: Vec<(f64, f64, f64, f64)> = pts
+            .iter()
+            .map(|&(x, y, lo, hi)| (tr(x, lx), tr(y, ly), tr(lo, ly), tr(hi, ly)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(t.iter().map(|v| (v.0, v.1)), c.stroke_width(2)))
+            .map_err(e)?
+            .label(ORDER[*i])
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+        if p.points {
+            chart
+                .draw_series(t.iter().map(|v| Circle::new((v.0, v.1), 4, c.filled())))
+                .map_err(e)?;
+            chart
+                .draw_series(
+                    t.iter()
+                        .filter(|v| v.3 > v.2)
+                        .map(|v| ErrorBar::new_vertical(v.0, v.2, v.1, v.3, c.stroke_width(2), 8)),
+                )
+                .map_err(e)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}
+
+fn perf_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
+    let root = BitMapBackend::new(path, (1500, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let areas = root.split_evenly((1, 2));
+    for (area, search) in areas.iter().zip([false, true]) {
+        let series = (0..4)
+            .map(|i| {
+                let pts = o
+                    .sizes
+                    .iter()
+                    .map(|&n| {
+                        let ts: Vec<f64> = r
+                            .perf
+                            .iter()
+                            .filter(|p| p.structure == ORDER[i] && p.elements == n)
+                            .map(|p| 1e3 * if search { p.search_s } else { p.insert_s })
+                            .collect();
+                        let (m, sd) = super::measure::mean_std(&ts);
+                        (n as f64, m, (m - sd).max(m * 0.5), m + sd)
+                    })
+                    .collect();
+                (i, pts)
+            })
+            .collect();
+        let title = if search {
+            format!("search 10% of the elements (chunk {})", o.perf_chunk)
+        } else {
+            format!("insert all elements, root every {} (chunk {})", o.commit_every, o.perf_chunk)
+        };
+        let p = Lines {
+            title,
+            x_desc: "elements (log)",
+            y_desc: "milliseconds (log)",
+            log_x: true,
+            log_y: true,
+            series,
+            points: true,
+        };
+        draw_lines(area, &p)?;
+    }
+    root.present().map_err(e)
+}
+
+fn proof_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
+    let root = BitMapBackend::new(path, (1500, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let areas = root.split_evenly((1, 2));
+    let series = (0..4)
+        .map(|i| {
+            let pts = o
+                .chunks
+                .iter()
+                .map(|&c| {
+                    let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == c);
+                    let mut h = s.expect("measured").proof_hashes.clone();
+                    h.sort_unstable();
+                    let q = |x| f64::from(quantile(&h, x));
+                    // Spread the structures a little along x so the bars do not overlap.
+                    (c as f64 * 1.08f64.powi(i as i32 - 1), q(0.5), q(0.0), q(1.0))
+                })
+                .collect();
+            (i, pts)
+        })
+        .collect();
+    let p = Lines {
+        title: format!("hashes per proof, {} elements: median, min..max", o.sweep_elements),
+        x_desc: "chunk size (log)",
+        y_desc: "hashes (log)",
+        log_x: true,
+        log_y: true,
+        series,
+        points: true,
+    };
+    draw_lines(&areas[0], &p)?;
+    let cdf_chunk = if o.chunks.contains(&1024) { 1024 } else { o.chunks[o.chunks.len() / 2] };
+    let series = [0, 1, 3]
+        .iter()
+        .map(|&i| {
+            let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == cdf_chunk);
+            let mut h = s.expect("measured").proof_hashes.clone();
+            h.sort_unstable();
+            let n = h.len() as f64;
+            let mut pts = Vec::new();
+            let mut j = 0;
+            while j < h.len() {
+                let k = h.partition_point(|&x| x <= h[j]);
+                let (x, y) = (f64::from(h[j]), k as f64 / n);
+                pts.push((x, j as f64 / n, j as f64 / n, j as f64 / n));
+                pts.push((x, y, y, y));
+                j = k;
+            }
+            (i, pts)
+        })
+        .collect();
+    let p = Lines {
+        title: format!("CDF of hashes per proof, chunk {cdf_chunk}"),
+        x_desc: "hashes",
+        y_desc: "fraction of proofs",
+        log_x: false,
+        log_y: false,
+        series,
+        points: false,
+    };
+    draw_lines(&areas[1], &p)?;
+    root.present().map_err(e)
+}
+
+fn space_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
+    let root = BitMapBackend::new(path, (1800, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let areas = root.split_evenly((1, 3));
+    let series = (0..4)
+        .map(|i| {
+            let pts = o
+                .chunks
+                .iter()
+                .map(|&c| {
+                    let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == c);
+                    let s = s.expect("measured");
+                    (c as f64, s.space_mean, s.space_mean - s.space_std, s.space_mean + s.space_std)
+                })
+                .collect();
+            (i, pts)
+        })
+        .collect();
+    let p = Lines {
+        title: "mean space efficiency during insertion (± std)".into(),
+        x_desc: "chunk size (log)",
+        y_desc: "chunks / minimum",
+        log_x: true,
+        log_y: false,
+        series,
+        points: true,
+    };
+    draw_lines(&areas[0], &p)?;
+    for (area, &c) in areas[1..].iter().zip([o.chunks[0], *o.chunks.last().expect("chunks")].iter())
+    {
+        let series = (1..4)
+            .map(|i| {
+                let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == c);
+                let pts = s.expect("measured").series.iter().map(|&(n, v)| (n as f64, v, v, v));
+                (i, pts.collect())
+            })
+            .collect();
+        let p = Lines {
+            title: format!("space efficiency during insertion, chunk {c}"),
+            x_desc: "elements inserted",
+            y_desc: "chunks / minimum",
+            log_x: false,
+            log_y: false,
+            series,
+            points: false,
+        };
+        draw_lines(area, &p)?;
+    }
+    root.present().map_err(e)
+}
+
+/// Draws `perf.png`, `proof-size.png` and `space.png` into the output directory.
+pub fn all(o: &Options, r: &Results) -> Result<()> {
+    ensure_font()?;
+    perf_png(&o.out_dir.join("perf.png"), o, r)?;
+    proof_png(&o.out_dir.join("proof-size.png"), o, r)?;
+    space_png(&o.out_dir.join("space.png"), o, r)
+}
