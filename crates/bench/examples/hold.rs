@@ -4,7 +4,9 @@
 //! Workload B blocks to the store at DIR (a copy: it is changed); in the odd phases MODE
 //! `hold` keeps a snapshot of the version the phase started at, `ckpt` runs the store's
 //! (paced) background checkpoint, and `none` does nothing. It prints the mean apply and
-//! commit time of each phase. Measured (docs/design.md §8.7): `hold` and `ckpt` slow
+//! commit time of each phase and the page faults per block. mimalloc runs with its own
+//! defaults here (freed memory goes back to the OS after a second);
+//! `MIMALLOC_PURGE_DELAY=-1` keeps it, as the `bavl` binaries do. Measured (docs/design.md §8.7): `hold` and `ckpt` slow
 //! apply alike, by 12-20%; `none` does not.
 use std::ops::Bound;
 use std::time::Instant;
@@ -13,7 +15,7 @@ use bavl_store::{CheckpointPolicy, Options, Store};
 use bavl_workload::{Mix, Op};
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
 
 fn main() {
     let dir = std::env::args().nth(1).expect("dir");
@@ -23,6 +25,7 @@ fn main() {
     let mut held = None;
     for phase in 0..6 {
         let (mut apply, mut commit) = (0.0, 0.0);
+        let faults0 = minor_faults();
         if phase % 2 == 1 {
             if mode == "hold" {
                 held = Some(store.latest());
@@ -57,7 +60,15 @@ fn main() {
             commit += t1.elapsed().as_secs_f64() * 1e3 / 20.0;
         }
         let state = if phase % 2 == 1 { "held" } else { "free" };
-        println!("phase {phase} {state}: apply {apply:.1} ms, commit {commit:.1} ms");
+        let faults = (minor_faults() - faults0) / 20;
+        println!("phase {phase} {state}: apply {apply:.1} ms, commit {commit:.1} ms, {faults} page faults per block");
     }
     drop(held);
+}
+
+/// Minor page faults of this process so far (`/proc/self/stat`, field 10).
+fn minor_faults() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    after.split_whitespace().nth(7).and_then(|f| f.parse().ok()).unwrap_or(0)
 }

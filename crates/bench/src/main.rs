@@ -14,7 +14,7 @@
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
 
 mod accounting;
 mod durable;
@@ -98,6 +98,8 @@ struct CoreArgs {
 const BLOCK: usize = 10_000;
 
 fn main() -> Result<()> {
+    #[cfg(feature = "mimalloc")]
+    bavl_alloc::keep_freed_memory();
     match Cli::parse().command {
         Command::Core(args) => core(args),
         Command::Store(args) => durable::store(args),

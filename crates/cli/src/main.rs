@@ -10,7 +10,7 @@
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
 
 mod blocks;
 mod crashtest;
@@ -126,6 +126,8 @@ struct VectorsArgs {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "mimalloc")]
+    bavl_alloc::keep_freed_memory();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args),

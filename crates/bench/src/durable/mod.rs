@@ -118,7 +118,7 @@ struct Params {
     mix: &'static str,
     seed: u64,
     /// The global allocator of this build (mimalloc by default; glibc with `--no-default-features`).
-    allocator: &'static str,
+    allocator: String,
     store_dir: String,
     store_dir_fs: String,
     wait_quiet_s: f64,
@@ -431,10 +431,10 @@ pub fn store(a: StoreArgs) -> Result<()> {
             ops_per_block: util::OPS,
             mix: "Workload B: 40% inserts, 50% updates, 10% deletes",
             seed: a.seed,
-            allocator: if cfg!(feature = "mimalloc") {
-                "mimalloc"
-            } else {
-                "system (glibc malloc)"
+            allocator: match (cfg!(feature = "mimalloc"), std::env::var("MIMALLOC_PURGE_DELAY")) {
+                (false, _) => "system (glibc malloc)".into(),
+                (true, Ok(ms)) => format!("mimalloc, MIMALLOC_PURGE_DELAY={ms}"),
+                (true, Err(_)) => "mimalloc, freed memory kept (bavl_alloc)".into(),
             },
             store_dir: root.display().to_string(),
             store_dir_fs: fs,
