@@ -1,0 +1,242 @@
+//! One adapter per store: apply a block, make it durable, read a key back.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use bavl_store::{Options, Store};
+use bavl_workload::{Key, Op, Value};
+use sha2::{Digest as _, Sha256};
+
+/// Two durations as milliseconds rounded to 0.01 (for the adapters' timing splits).
+pub fn ms2(a: std::time::Duration, b: std::time::Duration) -> (f64, f64) {
+    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e5).round() / 100.0;
+    (ms(a), ms(b))
+}
+
+/// A store under test, open in its own directory.
+pub trait Adapter {
+    /// Applies one block's operations (in order: a later one on the same key wins) and
+    /// commits them as one version, durably where the store offers it.
+    fn commit_block(&mut self, ops: &[Op]) -> Result<()>;
+    /// The value of `key` at the last committed version.
+    fn get(&mut self, key: &Key) -> Result<Option<Vec<u8>>>;
+    /// Figures the store reports about itself after the run (free-form).
+    fn extra(&mut self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+    /// Closes the store cleanly.
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// What a store is and how durable its commit is (for the report).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StoreInfo {
+    pub name: &'static str,
+    /// Counted among the peers bavl is compared with.
+    pub peer: bool,
+    pub description: &'static str,
+    pub durability: &'static str,
+    /// The cargo feature the adapter needs (`None`: always built).
+    pub feature: Option<&'static str>,
+}
+
+/// Every store the harness knows, in report order.
+pub const STORES: &[StoreInfo] = &[
+    StoreInfo {
+        name: "bavl",
+        peer: false,
+        description: "bavl_store::Store, Options::default() (capacity 64, keep_recent 4, automatic background checkpoints)",
+        durability: "one log record per block, fdatasync before commit() returns",
+        feature: None,
+    },
+    StoreInfo {
+        name: "jmt-redb",
+        peer: true,
+        description: "jmt 0.12 (Sha256Jmt) with TreeReader/TreeWriter on redb 2: nodes keyed by version (big-endian) ‖ nibble path, values by key hash ‖ version; no pruning",
+        durability: "one redb write transaction per block, Durability::Immediate (fsync on commit)",
+        feature: Some("jmt"),
+    },
+    StoreInfo {
+        name: "jmt-mock",
+        peer: false,
+        description: "jmt 0.12 (Sha256Jmt) on its in-memory MockTreeStore (HashMap of every node of every version)",
+        durability: "none (in memory)",
+        feature: Some("jmt"),
+    },
+    StoreInfo {
+        name: "nomt",
+        peer: true,
+        description: "nomt 1.0.5 (Sha2Hasher), default options (64,000-bucket hash table up to ~1.5M keys, page and leaf caches 256 MiB each) but commit_concurrency = cores; key paths = SHA-256(key)",
+        durability: "FinishedSession::commit: WAL and meta fsynced before it returns (nomt's only mode)",
+        feature: Some("nomt"),
+    },
+    StoreInfo {
+        name: "iavl",
+        peer: true,
+        description: "IAVL v1.2.4 (Go) on goleveldb (cosmos-db), cache 781,250 nodes (Cosmos SDK default), fast nodes on; no pruning",
+        durability: "SyncOption(true): SaveVersion ends with a synced goleveldb batch write (fsync)",
+        feature: None,
+    },
+    StoreInfo {
+        name: "btreemap-floor",
+        peer: false,
+        description: "floor, not a Merkle store: BTreeMap + one SHA-256 of key ‖ value per written key + the block's operations appended to a log",
+        durability: "log append + fdatasync per block",
+        feature: None,
+    },
+];
+
+pub fn info(name: &str) -> Option<&'static StoreInfo> {
+    STORES.iter().find(|s| s.name == name)
+}
+
+/// Whether this build has the adapter for `name` (IAVL needs the `go` tool, checked at
+/// run time).
+// `cfg!` makes some arms constant `true` in some builds, which clippy reads as `matches!`.
+#[allow(clippy::match_like_matches_macro)]
+pub fn compiled(name: &str) -> bool {
+    match name {
+        "jmt-redb" | "jmt-mock" => cfg!(feature = "jmt"),
+        "nomt" => cfg!(feature = "nomt"),
+        _ => true,
+    }
+}
+
+/// Opens the Rust adapter `name` in `dir` (a new, empty directory). `expected_keys` sizes
+/// stores that need it (nomt's hash table).
+pub fn open(name: &str, dir: &Path, expected_keys: u64) -> Result<Box<dyn Adapter>> {
+    let _ = expected_keys;
+    Ok(match name {
+        "bavl" => Box::new(Bavl::open(dir)?),
+        "btreemap-floor" => Box::new(Floor::open(dir)?),
+        #[cfg(feature = "jmt")]
+        "jmt-redb" => Box::new(crate::jmt_adapter::JmtRedb::open(dir)?),
+        #[cfg(feature = "jmt")]
+        "jmt-mock" => Box::new(crate::jmt_adapter::JmtMock::default()),
+        #[cfg(feature = "nomt")]
+        "nomt" => Box::new(crate::nomt_adapter::NomtStore::open(dir, expected_keys)?),
+        other if info(other).is_some() => {
+            anyhow::bail!("{other} is not built into this binary (see --help for its feature)")
+        }
+        other => anyhow::bail!("unknown store {other}"),
+    })
+}
+
+/// bavl's durable store with its default options.
+pub struct Bavl {
+    store: Store,
+    /// Per commit: ms applying the operations, hashing, appending + syncing the log.
+    split: Vec<(f64, f64, f64)>,
+}
+
+impl Bavl {
+    pub fn open(dir: &Path) -> Result<Bavl> {
+        Ok(Bavl { store: Store::open(dir, Options::default())?, split: Vec::new() })
+    }
+}
+
+impl Adapter for Bavl {
+    fn commit_block(&mut self, ops: &[Op]) -> Result<()> {
+        let t = std::time::Instant::now();
+        for op in ops {
+            match op {
+                Op::Put(k, v) => {
+                    self.store.insert(k, v)?;
+                }
+                Op::Delete(k) => {
+                    self.store.remove(k)?;
+                }
+            }
+        }
+        let apply = t.elapsed();
+        self.store.commit()?;
+        let c = self.store.last_commit_timing();
+        let (a, h) = ms2(apply, c.hash);
+        self.split.push((a, h, ms2(c.persist, c.persist).0));
+        Ok(())
+    }
+    fn get(&mut self, key: &Key) -> Result<Option<Vec<u8>>> {
+        Ok(self.store.get(key).map(<[u8]>::to_vec))
+    }
+    fn extra(&mut self) -> serde_json::Value {
+        match self.store.stats() {
+            Ok(s) => serde_json::json!({
+                "version": s.head,
+                "chunks": s.chunks,
+                "checkpoints_written": s.checkpoints_written,
+                "log_bytes_written": s.log_bytes_written,
+                "checkpoint_bytes_written": s.checkpoint_bytes_written,
+                "split_note": "per commit (load commits first): ms applying the operations, ms hashing (root_hash), ms appending + syncing the log record",
+                "apply_hash_persist_ms": self.split,
+            }),
+            Err(e) => serde_json::json!({ "stats_error": e.to_string() }),
+        }
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        self.store.close()?;
+        Ok(())
+    }
+}
+
+/// The floor: what any durable store keyed by a hash must at least do — update an
+/// in-memory ordered map, hash every written entry once, and append and sync the block.
+/// It is not authenticated (no tree, no root).
+pub struct Floor {
+    map: std::collections::BTreeMap<Key, Value>,
+    log: File,
+    record: Vec<u8>,
+    /// Folds every leaf hash, so that the hashing cannot be optimised away.
+    acc: [u8; 32],
+}
+
+impl Floor {
+    pub fn open(dir: &Path) -> Result<Floor> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("floor.log");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        Ok(Floor { map: Default::default(), log, record: Vec::new(), acc: [0; 32] })
+    }
+}
+
+impl Adapter for Floor {
+    fn commit_block(&mut self, ops: &[Op]) -> Result<()> {
+        self.record.clear();
+        for op in ops {
+            match op {
+                Op::Put(k, v) => {
+                    let mut h = Sha256::new();
+                    h.update(k);
+                    h.update(v);
+                    let d: [u8; 32] = h.finalize().into();
+                    self.acc[0] ^= d[0];
+                    self.map.insert(*k, *v);
+                    self.record.push(1);
+                    self.record.extend_from_slice(k);
+                    self.record.extend_from_slice(v);
+                }
+                Op::Delete(k) => {
+                    self.map.remove(k);
+                    self.record.push(2);
+                    self.record.extend_from_slice(k);
+                }
+            }
+        }
+        self.record.extend_from_slice(&self.acc);
+        self.log.write_all(&self.record)?;
+        self.log.sync_data()?;
+        Ok(())
+    }
+    fn get(&mut self, key: &Key) -> Result<Option<Vec<u8>>> {
+        Ok(self.map.get(key).map(|v| v.to_vec()))
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        self.log.sync_all()?;
+        Ok(())
+    }
+}

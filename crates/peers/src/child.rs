@@ -1,0 +1,123 @@
+//! The child process's side: one store, one directory, the whole stream; prints a
+//! [`ChildReport`] as one JSON line on stdout (progress goes to stderr). The Go (IAVL)
+//! program prints the same fields.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{ensure, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::adapters::Adapter;
+use crate::stream::{universe, Reader, StateDigest};
+
+/// Initial entries per commit while loading.
+pub const LOAD_BATCH: usize = 100_000;
+
+/// What a child measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ChildReport {
+    pub store: String,
+    /// Seconds to load the initial state (in commits of [`LOAD_BATCH`] keys).
+    pub load_s: f64,
+    pub load_keys: u64,
+    /// Per warm-up block: apply + durable commit, milliseconds (not in the figures).
+    pub warmup_ms: Vec<f64>,
+    /// Per measured block: apply + durable commit, milliseconds.
+    pub block_ms: Vec<f64>,
+    /// Operations in the measured blocks.
+    pub ops_measured: u64,
+    /// VmHWM (peak resident set) after loading, and after the last block; VmRSS then.
+    pub hwm_after_load_bytes: u64,
+    pub hwm_bytes: u64,
+    pub rss_bytes: u64,
+    /// The final state read back key by key: count and digest (`stream::StateDigest`).
+    pub keys: u64,
+    pub digest: String,
+    pub verify_s: f64,
+    /// Whatever the store reports about itself.
+    #[serde(default)]
+    pub extra: serde_json::Value,
+}
+
+/// `VmRSS` and `VmHWM` of this process, in bytes.
+pub fn rss_hwm() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Replays the stream at `stream` on `store` and reads the final state back.
+pub fn run(name: &str, mut store: Box<dyn Adapter>, stream: &Path) -> Result<ChildReport> {
+    let mut r = Reader::open(stream)?;
+    let h = r.header;
+    let mut rep = ChildReport { store: name.to_string(), ..Default::default() };
+    let t = Instant::now();
+    let mut loaded = 0u64;
+    loop {
+        let batch = r.initial_batch(LOAD_BATCH)?;
+        if batch.is_empty() {
+            break;
+        }
+        store.commit_block(&batch)?;
+        loaded += batch.len() as u64;
+        eprintln!(
+            "[{name}] loaded {loaded}/{} keys ({:.1} s)",
+            h.initial_keys,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    rep.load_s = t.elapsed().as_secs_f64();
+    rep.load_keys = loaded;
+    rep.hwm_after_load_bytes = rss_hwm().1;
+    let total = h.warmup_blocks + h.blocks;
+    let mut i = 0u64;
+    while let Some(ops) = r.next_block()? {
+        let t = Instant::now();
+        store.commit_block(&ops)?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        i += 1;
+        let warm = i <= h.warmup_blocks;
+        if warm {
+            rep.warmup_ms.push(ms);
+        } else {
+            rep.block_ms.push(ms);
+            rep.ops_measured += ops.len() as u64;
+        }
+        eprintln!(
+            "[{name}] block {i}/{total}{}: {} ops in {ms:.1} ms",
+            if warm { " (warm-up)" } else { "" },
+            ops.len()
+        );
+    }
+    ensure!(i == total, "stream ended after {i} of {total} blocks");
+    let (rss, hwm) = rss_hwm();
+    rep.rss_bytes = rss;
+    rep.hwm_bytes = hwm;
+    let t = Instant::now();
+    let keys = universe(stream)?;
+    let mut d = StateDigest::default();
+    for k in &keys {
+        if let Some(v) = store.get(k)? {
+            d.add(k, &v);
+        }
+    }
+    rep.keys = d.keys;
+    rep.digest = d.finish();
+    rep.verify_s = t.elapsed().as_secs_f64();
+    eprintln!(
+        "[{name}] read back {} of {} keys ever written ({:.1} s)",
+        rep.keys,
+        keys.len(),
+        rep.verify_s
+    );
+    rep.extra = store.extra();
+    store.close()?;
+    Ok(rep)
+}
