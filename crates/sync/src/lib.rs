@@ -34,7 +34,7 @@
 //!             };
 //!             syncer.handle(now, Event::Response { id: req.id, body });
 //!         }
-//!         Action::Verify(job) => syncer.handle(now, Event::Verified(job.run::<Sha256>())),
+//!         Action::Verify(job) => syncer.handle(now, Event::Verified(Box::new(job.run::<Sha256>()))),
 //!         Action::Done => done = true,
 //!         _ => {}
 //!     }

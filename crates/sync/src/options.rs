@@ -77,7 +77,10 @@ impl Options {
         if self.probe == 0 || self.probe > 64 {
             return bad("probe must be 1..=64");
         }
-        if self.request_timeout.is_zero() || !(self.latency_tolerance >= 1.0) {
+        if self.request_timeout.is_zero()
+            || self.latency_tolerance.is_nan()
+            || self.latency_tolerance < 1.0
+        {
             return bad("request_timeout must be positive and latency_tolerance at least 1");
         }
         Ok(())

@@ -47,6 +47,14 @@ impl<H: Hasher> Syncer<H> {
 
     fn send_chunks(&mut self, now: Duration) {
         while let Some(&index) = self.pending.front() {
+            if self.slots.get(index as usize).is_none_or(|s| s.done) {
+                // Arrived meanwhile (a speculative copy, a local chunk): drop it lazily.
+                self.pending.pop_front();
+                if let Some(s) = self.slots.get_mut(index as usize) {
+                    s.queued = false;
+                }
+                continue;
+            }
             let Some((source, size)) = self.pick(now, index) else { return };
             if !self.fits(size) {
                 return;

@@ -40,8 +40,8 @@ pub enum Event {
     Response { id: RequestId, body: Vec<u8> },
     /// The request failed.
     Failed { id: RequestId, kind: FailureKind },
-    /// A [`VerifyJob`] was run.
-    Verified(Verified),
+    /// A [`VerifyJob`] was run (boxed: a verified chunk is large beside the other events).
+    Verified(Box<Verified>),
     /// Time passed (deadlines, backoff).
     Tick,
 }
@@ -132,6 +132,8 @@ pub struct Syncer<H: Hasher = Sha256> {
     /// `Done` or `Failed` was emitted.
     pub(crate) finished: bool,
     pub(crate) done: bool,
+    /// The latest time the caller gave.
+    pub(crate) now: Duration,
     pub(crate) status: Status,
 }
 
@@ -156,6 +158,7 @@ impl<H: Hasher> Syncer<H> {
             actions: VecDeque::new(),
             finished: false,
             done: false,
+            now: Duration::ZERO,
             status: Status::default(),
         })
     }
@@ -174,6 +177,7 @@ impl<H: Hasher> Syncer<H> {
 
     /// Adds a source; it is asked for its manifest at once.
     pub fn add_source(&mut self, now: Duration) -> SourceId {
+        self.now = self.now.max(now);
         let id = SourceId(self.sources.len() as u32);
         self.sources.push(Source::new(self.opts.initial_window, self.opts.max_window));
         self.pump(now);
@@ -182,10 +186,11 @@ impl<H: Hasher> Syncer<H> {
 
     /// Feeds one event.
     pub fn handle(&mut self, now: Duration, event: Event) {
+        self.now = self.now.max(now);
         match event {
             Event::Response { id, body } => self.on_response(now, id, body),
             Event::Failed { id, kind } => self.on_failed(now, id, kind),
-            Event::Verified(v) => self.on_verified(v),
+            Event::Verified(v) => self.on_verified(*v),
             Event::Tick => self.on_tick(now),
         }
         self.pump(now);
@@ -201,10 +206,14 @@ impl<H: Hasher> Syncer<H> {
         self.actions.pop_front()
     }
 
-    /// When to call [`Syncer::tick`] next at the latest (a deadline or a backoff ends).
+    /// When to call [`Syncer::tick`] next at the latest (a deadline or a backoff ends);
+    /// `None` while only responses can move it on.
     pub fn next_wakeup(&self) -> Option<Duration> {
+        if self.finished {
+            return None;
+        }
         let deadlines = self.flights.values().map(|f| f.deadline);
-        let retries = self.sources.iter().filter(|s| s.is_live() && s.failures > 0);
+        let retries = self.sources.iter().filter(|s| s.is_live() && s.retry_at > self.now);
         deadlines.chain(retries.map(|s| s.retry_at)).min()
     }
 

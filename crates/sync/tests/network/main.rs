@@ -1,0 +1,5 @@
+//! The syncer on a simulated network: Byzantine sources, scheduling, memory, resume.
+
+mod byzantine;
+mod scheduling;
+mod sim;
