@@ -247,6 +247,37 @@ impl Store {
         Ok(store)
     }
 
+    /// Writes `tree` as a new store at `dir` whose only version is `version` (a state
+    /// synced from peers, for example): the metadata, a checkpoint of the tree at
+    /// `version` and `HEAD`, each synced, in the formats `Store::open` reads. The store
+    /// then opens at `version` with the tree's root, and commits continue at
+    /// `version + 1`. `dir` must not hold a store (it may be missing or empty); on error,
+    /// what was written is left for the caller to remove (write into a fresh directory
+    /// and rename it into place for an atomic result).
+    pub fn create_from_tree(
+        dir: impl AsRef<Path>,
+        tree: &mut Tree,
+        version: u64,
+    ) -> Result<(), StoreError> {
+        let dir = dir.as_ref();
+        let backend =
+            DirBackend::open(dir).ctx(|| format!("opening the store at {}", dir.display()))?;
+        let l = open::list(&backend)?;
+        if l.names.iter().any(|n| n == meta::META_FILE || n == meta::HEAD_FILE)
+            || !l.checkpoints.is_empty()
+            || !l.segments.is_empty()
+        {
+            return Err(StoreError::InvalidOption(format!(
+                "{} already holds a store",
+                dir.display()
+            )));
+        }
+        meta::write_meta(&backend, meta::Meta { capacity: tree.capacity() })?;
+        let never = AtomicBool::new(false);
+        checkpoint::write(&backend, version, &tree.snapshot(), &never, None)?;
+        meta::write_head(&backend, version)
+    }
+
     /// What opening found and did.
     pub fn recovery(&self) -> &Recovery {
         &self.recovery
