@@ -507,10 +507,16 @@ impl AuthStructure for MerkleBTree {
         if self.root == NIL {
             return None;
         }
-        let (leaf, _) = *self.descend(key).last()?;
-        let Cell::Leaf(l) = &self.nodes[leaf as usize].cell else { unreachable!() };
-        let p = l.keys.binary_search_by(|k| k[..].cmp(key)).ok()?;
-        Some(&l.values[p])
+        let mut id = self.root;
+        loop {
+            match &self.nodes[id as usize].cell {
+                Cell::Inner(x) => id = x.children[x.seps.partition_point(|s| &s[..] <= key)],
+                Cell::Leaf(l) => {
+                    let p = l.keys.binary_search_by(|k| k[..].cmp(key)).ok()?;
+                    return Some(&l.values[p]);
+                }
+            }
+        }
     }
 
     fn len(&self) -> u64 {

@@ -113,7 +113,7 @@ impl AvlStar {
         if inner.len() + 1 != leaves.len() {
             return Err(VerifyError::Inconsistent("inner node count"));
         }
-        inner.sort_by(|a, b| b.1.cmp(&a.1));
+        inner.sort_by_key(|a| std::cmp::Reverse(a.1));
         let mut ids = Vec::with_capacity(inner.len());
         for (k, h) in inner {
             let id = self.new_inner(k.into(), NIL, NIL, h);
@@ -264,7 +264,7 @@ pub(crate) fn rebuild(
         parts.push((h, k, id));
     }
     // Descending height; the root comes first. Equal heights never nest.
-    parts.sort_by(|a, b| b.0.cmp(&a.0));
+    parts.sort_by_key(|a| std::cmp::Reverse(a.0));
     t.root = parts[0].2;
     for (_, k, id) in &parts[1..] {
         if t.is_leaf(t.root) {

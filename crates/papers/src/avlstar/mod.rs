@@ -554,8 +554,14 @@ impl AuthStructure for AvlStar {
     }
 
     fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        let &leaf = self.descend(key).last()?;
-        (&self.n(leaf).key[..] == key).then(|| &self.n(leaf).value[..])
+        if self.root == NIL {
+            return None;
+        }
+        let mut id = self.root;
+        while !self.is_leaf(id) {
+            id = if key < &self.n(id).key[..] { self.n(id).left } else { self.n(id).right };
+        }
+        (&self.n(id).key[..] == key).then(|| &self.n(id).value[..])
     }
 
     fn len(&self) -> u64 {

@@ -51,6 +51,9 @@ fn e<E: std::fmt::Display>(err: E) -> anyhow::Error {
     anyhow!("{err}")
 }
 
+/// `(x, y, y_lo, y_hi)`.
+type Point = (f64, f64, f64, f64);
+
 type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
 /// One panel of lines (one per structure) with optional error bars, log or linear axes.
@@ -60,8 +63,8 @@ struct Lines {
     y_desc: &'static str,
     log_x: bool,
     log_y: bool,
-    /// Per structure: `(x, y, y_lo, y_hi)`.
-    series: Vec<(usize, Vec<(f64, f64, f64, f64)>)>,
+    /// Per structure (index into `ORDER`): `(x, y, y_lo, y_hi)`.
+    series: Vec<(usize, Vec<Point>)>,
     points: bool,
 }
 
