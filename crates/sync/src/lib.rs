@@ -46,6 +46,8 @@
 #![forbid(unsafe_code)]
 
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 mod options;
 pub mod protocol;
 mod request;

@@ -85,6 +85,9 @@ pub enum FailureKind {
     Http(u16),
     /// More redirects than the transport follows (a loop).
     TooManyRedirects,
+    /// Not an HTTP response: garbage, a header over its limit, a bad chunked encoding,
+    /// or a redirect without a usable `Location`.
+    Malformed,
     /// Connection refused or reset, DNS failure, TLS error: the network, not the source.
     Transport,
 }
@@ -97,6 +100,7 @@ impl fmt::Display for FailureKind {
             FailureKind::TooLong => write!(f, "body over its limit"),
             FailureKind::Http(s) => write!(f, "HTTP status {s}"),
             FailureKind::TooManyRedirects => write!(f, "too many redirects"),
+            FailureKind::Malformed => write!(f, "malformed HTTP response"),
             FailureKind::Transport => write!(f, "transport error"),
         }
     }
@@ -124,7 +128,8 @@ impl FailureKind {
             FailureKind::Http(_)
             | FailureKind::Stalled
             | FailureKind::TooLong
-            | FailureKind::TooManyRedirects => Verdict::Invalid,
+            | FailureKind::TooManyRedirects
+            | FailureKind::Malformed => Verdict::Invalid,
         }
     }
 }

@@ -1,0 +1,307 @@
+//! The HTTP sync loop: the [`Syncer`] driven over real sockets.
+//!
+//! One thread owns the syncer and carries out its actions: each request runs on a thread
+//! of its own through the [`Client`] (the syncer's per-source windows bound how many run
+//! at once), each verification on a pool of worker threads running [`VerifyJob::run`],
+//! so hashing never holds up the network. Everything comes back on one channel. Every
+//! accepted chunk is appended to the resume file, which is synced at least once a second
+//! and at the end; a later run with the same file verifies its chunks again and fetches
+//! only the rest. Memory: what the syncer's budget bounds (requests in flight at their
+//! limits, bodies awaiting verification) plus the verified chunks the rebuild needs.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bavl_core::{Digest, Tree};
+
+use super::client::{Abort, BaseUrl, Client, Fetch};
+use crate::error::{BanReason, DropReason, OptionsError, SyncError};
+use crate::{resume, Action, Event, Options, Request, RequestId, SourceId, Syncer, VerifyJob};
+
+/// How to sync.
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    pub sources: Vec<BaseUrl>,
+    pub options: Options,
+    /// Verification worker threads.
+    pub verify_threads: usize,
+    /// The resume file (created if missing); `None` for none.
+    pub resume: Option<PathBuf>,
+    pub connect_timeout: Duration,
+}
+
+/// Why an HTTP sync failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    #[error("resume file {path}: {source}")]
+    Resume { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Sync(#[from] SyncError),
+}
+
+/// Something that happened to a source, for reports.
+#[derive(Debug, Clone)]
+pub enum SourceEvent {
+    Banned { source: SourceId, reason: BanReason },
+    Dropped { source: SourceId, reason: DropReason },
+}
+
+/// The result of a completed sync.
+pub struct Downloaded {
+    pub tree: Tree,
+    /// Chunks taken from the resume file (not fetched).
+    pub resumed: u64,
+    /// Chunks fetched in this run.
+    pub fetched: u64,
+    pub fetched_bytes: u64,
+    pub elapsed: Duration,
+    pub status: crate::Status,
+    pub sources: Vec<crate::SourceReport>,
+    pub events: Vec<SourceEvent>,
+}
+
+enum Msg {
+    Done(RequestId, Result<Vec<u8>, Abort>),
+    Verified(Box<crate::Verified>),
+}
+
+/// Syncs `(root, version)` from the configured sources. `progress` is called about ten
+/// times a second with the syncer (for a progress bar) and the bytes fetched so far.
+pub fn download(
+    root: Digest,
+    version: u64,
+    cfg: &SyncConfig,
+    progress: &mut dyn FnMut(&Syncer, u64, &[SourceEvent]),
+) -> Result<Downloaded, DownloadError> {
+    let start = Instant::now();
+    let mut syncer = Syncer::new(root, version, cfg.options.clone())?;
+    let mut journal = match &cfg.resume {
+        Some(path) => Some(Journal::open(path, &root, version, &mut syncer)?),
+        None => None,
+    };
+    let resumed = journal.as_ref().map_or(0, |j| j.resumed);
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let verify = spawn_verifiers(cfg.verify_threads.max(1), tx.clone());
+    let client = Arc::new(Client::new(cfg.connect_timeout));
+    let sources = Arc::new(cfg.sources.clone());
+    let epoch = Instant::now();
+    for _ in &cfg.sources {
+        syncer.add_source(epoch.elapsed());
+    }
+    let mut cancels: HashMap<RequestId, Arc<AtomicBool>> = HashMap::new();
+    let mut events = Vec::new();
+    let (mut fetched, mut fetched_bytes, mut last_progress) = (0u64, 0u64, Instant::now());
+    let outcome = loop {
+        let mut finished = None;
+        while let Some(action) = syncer.poll_action() {
+            match action {
+                Action::Send(req) => {
+                    let id = req.id;
+                    let cancel = Arc::new(AtomicBool::new(false));
+                    cancels.insert(id, cancel.clone());
+                    let (client, sources, tx) = (client.clone(), sources.clone(), tx.clone());
+                    let spawned = std::thread::Builder::new()
+                        .name("bavl-fetch".into())
+                        .spawn(move || fetch(&client, &sources, req, epoch, &cancel, &tx));
+                    if spawned.is_err() {
+                        // No thread: the request fails as the network would.
+                        cancels.remove(&id);
+                        let kind = crate::FailureKind::Transport;
+                        syncer.handle(epoch.elapsed(), Event::Failed { id, kind });
+                    }
+                }
+                Action::Cancel(id) => {
+                    if let Some(c) = cancels.remove(&id) {
+                        c.store(true, Ordering::Relaxed);
+                    }
+                }
+                Action::Verify(job) => {
+                    let q = verify.lock().unwrap_or_else(|e| e.into_inner());
+                    // The workers hold the receiver as long as this function runs.
+                    let _ = q.send(job);
+                }
+                Action::Accepted { index, body, .. } => {
+                    fetched += 1;
+                    fetched_bytes += body.len() as u64;
+                    if let Some(j) = journal.as_mut() {
+                        j.append(index, &body)?;
+                    }
+                }
+                Action::Banned { source, reason } => {
+                    events.push(SourceEvent::Banned { source, reason })
+                }
+                Action::Dropped { source, reason } => {
+                    events.push(SourceEvent::Dropped { source, reason })
+                }
+                Action::Done => finished = Some(Ok(())),
+                Action::Failed(e) => finished = Some(Err(e)),
+            }
+        }
+        if let Some(j) = journal.as_mut() {
+            j.sync_if_due()?;
+        }
+        if last_progress.elapsed() >= Duration::from_millis(100) || finished.is_some() {
+            progress(&syncer, fetched_bytes, &events);
+            last_progress = Instant::now();
+        }
+        if let Some(f) = finished {
+            break f;
+        }
+        let now = epoch.elapsed();
+        let wait =
+            syncer.next_wakeup().map_or(Duration::from_millis(100), |w| w.saturating_sub(now));
+        match rx.recv_timeout(wait.min(Duration::from_millis(100))) {
+            Ok(Msg::Done(id, result)) => {
+                cancels.remove(&id);
+                let now = epoch.elapsed();
+                match result {
+                    Ok(body) => syncer.handle(now, Event::Response { id, body }),
+                    Err(Abort::Failed(kind)) => syncer.handle(now, Event::Failed { id, kind }),
+                    Err(Abort::Cancelled) => {}
+                }
+            }
+            Ok(Msg::Verified(v)) => syncer.handle(epoch.elapsed(), Event::Verified(v)),
+            Err(RecvTimeoutError::Timeout) => syncer.tick(epoch.elapsed()),
+            Err(RecvTimeoutError::Disconnected) => unreachable!("this loop holds a sender"),
+        }
+    };
+    for c in cancels.values() {
+        c.store(true, Ordering::Relaxed);
+    }
+    if let Some(j) = journal.as_mut() {
+        j.sync()?;
+    }
+    outcome?;
+    let status = syncer.status();
+    let reports = syncer.sources();
+    let tree = syncer.finish()?;
+    Ok(Downloaded {
+        tree,
+        resumed,
+        fetched,
+        fetched_bytes,
+        elapsed: start.elapsed(),
+        status,
+        sources: reports,
+        events,
+    })
+}
+
+fn fetch(
+    client: &Client,
+    sources: &[BaseUrl],
+    req: Request,
+    epoch: Instant,
+    cancel: &AtomicBool,
+    tx: &Sender<Msg>,
+) {
+    let mut f = Fetch { guard: req.guard(), epoch, cancel };
+    let result = client.get(&sources[req.source.0 as usize], &req.path, &mut f);
+    let _ = tx.send(Msg::Done(req.id, result));
+}
+
+/// Verification workers; the returned sender queues jobs. They end when it is dropped.
+fn spawn_verifiers(n: usize, tx: Sender<Msg>) -> Mutex<Sender<VerifyJob>> {
+    let (jobs_tx, jobs_rx) = mpsc::channel::<VerifyJob>();
+    let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+    for _ in 0..n {
+        let (rx, tx) = (jobs_rx.clone(), tx.clone());
+        let _ = std::thread::Builder::new().name("bavl-verify".into()).spawn(move || loop {
+            let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            };
+            if tx.send(Msg::Verified(Box::new(job.run::<bavl_core::Sha256>()))).is_err() {
+                return;
+            }
+        });
+    }
+    Mutex::new(jobs_tx)
+}
+
+/// The resume file, appended as chunks are accepted.
+struct Journal {
+    path: PathBuf,
+    file: File,
+    resumed: u64,
+    dirty: bool,
+    synced_at: Instant,
+}
+
+impl Journal {
+    /// Opens or creates the file; gives its chunks to the syncer (which verifies them).
+    fn open(
+        path: &PathBuf,
+        root: &Digest,
+        version: u64,
+        syncer: &mut Syncer,
+    ) -> Result<Journal, DownloadError> {
+        let err = |source| DownloadError::Resume { path: path.clone(), source };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(err)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(err)?;
+        let mut resumed = 0;
+        let keep = match resume::read(&bytes, root, version) {
+            Ok(r) => {
+                for (index, body) in &r.chunks {
+                    // A chunk that fails verification (or a duplicate) is fetched again.
+                    if syncer.add_local_chunk(*index, body).is_ok() {
+                        resumed += 1;
+                    }
+                }
+                r.valid_len
+            }
+            // Empty, damaged or another sync's: start afresh.
+            Err(_) => 0,
+        };
+        drop(bytes);
+        file.set_len(keep as u64).map_err(err)?;
+        file.seek(SeekFrom::End(0)).map_err(err)?;
+        if keep == 0 {
+            file.write_all(&resume::header(root, version)).map_err(err)?;
+        }
+        file.sync_all().map_err(err)?;
+        Ok(Journal { path: path.clone(), file, resumed, dirty: false, synced_at: Instant::now() })
+    }
+
+    fn append(&mut self, index: u64, body: &[u8]) -> Result<(), DownloadError> {
+        let rec = resume::record(index, body);
+        self.file
+            .write_all(&rec)
+            .map_err(|source| DownloadError::Resume { path: self.path.clone(), source })?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn sync_if_due(&mut self) -> Result<(), DownloadError> {
+        if self.dirty && self.synced_at.elapsed() >= Duration::from_secs(1) {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), DownloadError> {
+        if self.dirty {
+            self.file
+                .sync_data()
+                .map_err(|source| DownloadError::Resume { path: self.path.clone(), source })?;
+            self.dirty = false;
+        }
+        self.synced_at = Instant::now();
+        Ok(())
+    }
+}

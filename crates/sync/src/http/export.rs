@@ -1,0 +1,96 @@
+//! The static export: a version's manifest and chunks written as files at exactly the
+//! paths of the HTTP API, so any plain file server, object store or CDN serving the
+//! directory is a source.
+//!
+//! `DIR/v1/snapshots/index.json` lists every version exported into `DIR` (an existing
+//! listing is merged with the new version); `DIR/v1/snapshots/V/manifest.json`;
+//! `DIR/v1/chunks/<root>/<i>`. Each file is written to a temporary name and renamed, the
+//! chunks first and the listing last, so a server never shows a version whose files are
+//! not all in place.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use bavl_core::Snapshot;
+
+use crate::protocol::{self, ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
+
+/// What an export wrote.
+#[derive(Debug, Clone)]
+pub struct ExportReport {
+    pub manifest: Manifest,
+    /// Files and bytes written (chunks, manifest, listing).
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Writes `snap` as `version` below `out`. `on_chunk(i)` is called after each chunk.
+pub fn export(
+    snap: &Snapshot,
+    version: u64,
+    out: &Path,
+    on_chunk: &mut dyn FnMut(u64),
+) -> io::Result<ExportReport> {
+    let root = snap.root_hash();
+    let mut report = ExportReport {
+        manifest: Manifest {
+            format: PROTOCOL_VERSION,
+            version,
+            root: hex::encode(root),
+            capacity: snap.capacity(),
+            chunk_count: snap.chunk_count(),
+            key_count: snap.len(),
+            chunk_sizes: Vec::with_capacity(snap.chunk_count() as usize),
+        },
+        files: 0,
+        bytes: 0,
+    };
+    let chunk_dir = file(out, &protocol::chunk_path(&root, 0));
+    fs::create_dir_all(chunk_dir.parent().unwrap_or(out))?;
+    for i in 0..snap.chunk_count() {
+        let chunk = snap.export_chunk(i).ok_or_else(|| io::Error::other("chunk index"))?;
+        write_file(&file(out, &protocol::chunk_path(&root, i)), &chunk)?;
+        report.manifest.chunk_sizes.push(chunk.len() as u64);
+        report.files += 1;
+        report.bytes += chunk.len() as u64;
+        on_chunk(i);
+    }
+    let manifest_path = file(out, &protocol::manifest_path(version));
+    fs::create_dir_all(manifest_path.parent().unwrap_or(out))?;
+    let json = report.manifest.to_json();
+    write_file(&manifest_path, &json)?;
+    let listing = merged_listing(out, version, &report.manifest)?;
+    write_file(&file(out, &protocol::listing_path()), &listing)?;
+    report.files += 2;
+    report.bytes += (json.len() + listing.len()) as u64;
+    Ok(report)
+}
+
+/// The file below `out` for an API path.
+fn file(out: &Path, api_path: &str) -> PathBuf {
+    out.join(api_path.trim_start_matches('/'))
+}
+
+/// The listing already in `out` (if it decodes) with this version added or replaced.
+fn merged_listing(out: &Path, version: u64, m: &Manifest) -> io::Result<Vec<u8>> {
+    let existing = match fs::read(file(out, &protocol::listing_path())) {
+        Ok(bytes) => Listing::decode(&bytes).ok(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let mut snapshots = existing.map_or_else(Vec::new, |l| l.snapshots);
+    snapshots.retain(|s| s.version != version);
+    snapshots.push(ListedSnapshot { version, root: m.root.clone(), chunk_count: m.chunk_count });
+    snapshots.sort_by_key(|s| s.version);
+    let listing = Listing { format: PROTOCOL_VERSION, snapshots };
+    serde_json::to_vec(&listing).map_err(io::Error::other)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp-export");
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    drop(f);
+    fs::rename(&tmp, path)
+}
