@@ -148,12 +148,31 @@ func rssHwm() (uint64, uint64) {
 	return field("VmRSS:"), field("VmHWM:")
 }
 
+// cpuMs returns this process's CPU time (user + system, all threads) in milliseconds,
+// from /proc/self/stat (10 ms ticks), as the Rust children measure it.
+func cpuMs() float64 {
+	b, _ := os.ReadFile("/proc/self/stat")
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return float64(u+st) * 10
+}
+
 type report struct {
 	Store             string         `json:"store"`
 	LoadS             float64        `json:"load_s"`
 	LoadKeys          uint64         `json:"load_keys"`
 	WarmupMs          []float64      `json:"warmup_ms"`
 	BlockMs           []float64      `json:"block_ms"`
+	BlockCPUMs        []float64      `json:"block_cpu_ms"`
 	OpsMeasured       uint64         `json:"ops_measured"`
 	HwmAfterLoadBytes uint64         `json:"hwm_after_load_bytes"`
 	HwmBytes          uint64         `json:"hwm_bytes"`
@@ -161,6 +180,7 @@ type report struct {
 	Keys              uint64         `json:"keys"`
 	Digest            string         `json:"digest"`
 	VerifyS           float64        `json:"verify_s"`
+	CPUSTotal         float64        `json:"cpu_s_total"`
 	Extra             map[string]any `json:"extra"`
 }
 
@@ -207,7 +227,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	rep := report{Store: "iavl", WarmupMs: []float64{}, BlockMs: []float64{}}
+	rep := report{Store: "iavl", WarmupMs: []float64{}, BlockMs: []float64{}, BlockCPUMs: []float64{}}
 	t := time.Now()
 	for {
 		batch, err := s.initialBatch(loadBatch)
@@ -235,11 +255,13 @@ func main() {
 		if !ok {
 			break
 		}
+		c := cpuMs()
 		t := time.Now()
 		if err := apply(tree, ops); err != nil {
 			fail(err)
 		}
 		ms := float64(time.Since(t).Nanoseconds()) / 1e6
+		cpu := cpuMs() - c
 		i++
 		warm := i <= s.h.warmupBlocks
 		note := ""
@@ -248,6 +270,7 @@ func main() {
 			note = " (warm-up)"
 		} else {
 			rep.BlockMs = append(rep.BlockMs, ms)
+			rep.BlockCPUMs = append(rep.BlockCPUMs, cpu)
 			rep.OpsMeasured += uint64(len(ops))
 		}
 		fmt.Fprintf(os.Stderr, "[iavl] block %d/%d%s: %d ops in %.1f ms\n", i, total, note, len(ops), ms)
@@ -320,6 +343,7 @@ func main() {
 	if err := ldb.Close(); err != nil {
 		fail(err)
 	}
+	rep.CPUSTotal = cpuMs() / 1e3
 	out, err := json.Marshal(rep)
 	if err != nil {
 		fail(err)

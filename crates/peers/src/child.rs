@@ -25,6 +25,11 @@ pub struct ChildReport {
     pub warmup_ms: Vec<f64>,
     /// Per measured block: apply + durable commit, milliseconds.
     pub block_ms: Vec<f64>,
+    /// Per measured block: CPU time of the whole process (all threads: background
+    /// writers, I/O workers, garbage collector) over the block, milliseconds, from
+    /// `/proc/self/stat` (10 ms ticks: exact in sum, coarse per block).
+    #[serde(default)]
+    pub block_cpu_ms: Vec<f64>,
     /// Operations in the measured blocks.
     pub ops_measured: u64,
     /// VmHWM (peak resident set) after loading, and after the last block; VmRSS then.
@@ -35,6 +40,9 @@ pub struct ChildReport {
     pub keys: u64,
     pub digest: String,
     pub verify_s: f64,
+    /// CPU seconds of the whole child process, start to report.
+    #[serde(default)]
+    pub cpu_s_total: f64,
     /// Whatever the store reports about itself.
     #[serde(default)]
     pub extra: serde_json::Value,
@@ -51,6 +59,20 @@ pub fn rss_hwm() -> (u64, u64) {
             .map_or(0, |kib| kib * 1024)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU time of this process so far (user + system, all threads), milliseconds, from
+/// `/proc/self/stat` (clock ticks of 10 ms: Linux's USER_HZ is 100).
+pub fn cpu_ms() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+    // utime and stime are fields 14 and 15 of the line, 12th and 13th after the name.
+    match (f.get(11), f.get(12)) {
+        (Some(u), Some(st)) => (u + st) as f64 * 10.0,
+        _ => f64::NAN,
+    }
 }
 
 /// Replays the stream at `stream` on `store` and reads the final state back.
@@ -79,15 +101,18 @@ pub fn run(name: &str, mut store: Box<dyn Adapter>, stream: &Path) -> Result<Chi
     let total = h.warmup_blocks + h.blocks;
     let mut i = 0u64;
     while let Some(ops) = r.next_block()? {
+        let c = cpu_ms();
         let t = Instant::now();
         store.commit_block(&ops)?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
+        let cpu = cpu_ms() - c;
         i += 1;
         let warm = i <= h.warmup_blocks;
         if warm {
             rep.warmup_ms.push(ms);
         } else {
             rep.block_ms.push(ms);
+            rep.block_cpu_ms.push(cpu);
             rep.ops_measured += ops.len() as u64;
         }
         eprintln!(
@@ -119,5 +144,6 @@ pub fn run(name: &str, mut store: Box<dyn Adapter>, stream: &Path) -> Result<Chi
     );
     rep.extra = store.extra();
     store.close()?;
+    rep.cpu_s_total = cpu_ms() / 1e3;
     Ok(rep)
 }

@@ -245,13 +245,15 @@ fn run(a: RunArgs) -> Result<()> {
             Ok(c)
         };
         let t = Instant::now();
+        let busy0 = report::machine_busy_s();
         let result = match cmd {
             Ok(c) => run_child(c, Duration::from_secs(a.child_timeout_s)),
             Err(e) => Err(anyhow::anyhow!(e)),
         };
         let wall_s = t.elapsed().as_secs_f64();
+        let busy = report::machine_busy_s() - busy0;
         let disk = report::disk_usage(&store_dir);
-        let outcome = Outcome::new(info, result, disk, wall_s, &expected);
+        let outcome = Outcome::new(info, result, disk, wall_s, busy, &expected);
         eprintln!("  {}", outcome.one_line());
         outcomes.push(outcome);
         if !a.keep {

@@ -26,6 +26,18 @@ fn load_avg() -> String {
         .unwrap_or_default()
 }
 
+/// Busy CPU time of the whole machine so far (all CPUs, every state but idle and
+/// iowait), seconds, from `/proc/stat` (USER_HZ = 100).
+pub fn machine_busy_s() -> f64 {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = s.lines().find(|l| l.starts_with("cpu ")) else { return f64::NAN };
+    let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0)).collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let busy: u64 =
+        v.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, x)| x).sum();
+    busy as f64 / 100.0
+}
+
 /// The file system type of `dir` (`ext4`, `tmpfs`, ...), from `stat -f`.
 pub fn fs_type(dir: &Path) -> String {
     run("stat", &["-f", "-c", "%T", &dir.display().to_string()]).unwrap_or_else(|| "unknown".into())
@@ -146,6 +158,13 @@ pub struct Outcome {
     pub commit_p99_ms: Option<f64>,
     pub commit_mean_ms: Option<f64>,
     pub commit_max_ms: Option<f64>,
+    /// Operations per CPU-second of the store's process over the measured blocks (all its
+    /// threads): less sensitive than ops_per_s to what else the machine runs.
+    pub ops_per_cpu_s: Option<f64>,
+    /// CPU cores the store's process kept busy during the measured blocks, on average.
+    pub cores_used: Option<f64>,
+    /// Cores kept busy by other processes while this store's child ran, on average.
+    pub others_busy_cores: Option<f64>,
     /// Peak resident set (VmHWM) of the store's process over load and blocks, MB (10^6 B).
     pub rss_mb: Option<f64>,
     pub rss_after_load_mb: Option<f64>,
@@ -159,6 +178,7 @@ pub struct Outcome {
     pub verify_s: Option<f64>,
     pub child_wall_s: f64,
     pub block_ms: Vec<f64>,
+    pub block_cpu_ms: Vec<f64>,
     pub warmup_ms: Vec<f64>,
     pub extra: serde_json::Value,
 }
@@ -169,6 +189,7 @@ impl Outcome {
         result: Result<ChildReport>,
         disk: Disk,
         wall_s: f64,
+        machine_busy_s: f64,
         expected: &Expected,
     ) -> Outcome {
         let mut o = Outcome {
@@ -182,6 +203,9 @@ impl Outcome {
             commit_p99_ms: None,
             commit_mean_ms: None,
             commit_max_ms: None,
+            ops_per_cpu_s: None,
+            cores_used: None,
+            others_busy_cores: None,
             rss_mb: None,
             rss_after_load_mb: None,
             disk_mb: None,
@@ -192,6 +216,7 @@ impl Outcome {
             verify_s: None,
             child_wall_s: r(wall_s, 1),
             block_ms: Vec::new(),
+            block_cpu_ms: Vec::new(),
             warmup_ms: Vec::new(),
             extra: serde_json::Value::Null,
         };
@@ -213,6 +238,15 @@ impl Outcome {
                 o.commit_p99_ms = Some(r(percentile(&c.block_ms, 99.0), 2));
                 o.commit_mean_ms = Some(r(total_ms / c.block_ms.len().max(1) as f64, 2));
                 o.commit_max_ms = Some(r(c.block_ms.iter().copied().fold(0.0, f64::max), 2));
+                let cpu_ms: f64 = c.block_cpu_ms.iter().sum();
+                if cpu_ms > 0.0 {
+                    o.ops_per_cpu_s = Some(r(c.ops_measured as f64 / (cpu_ms / 1e3), 0));
+                    o.cores_used = Some(r(cpu_ms / total_ms, 2));
+                }
+                if c.cpu_s_total > 0.0 && machine_busy_s.is_finite() && wall_s > 0.0 {
+                    o.others_busy_cores =
+                        Some(r(((machine_busy_s - c.cpu_s_total) / wall_s).max(0.0), 2));
+                }
                 o.rss_mb = Some(r(c.hwm_bytes as f64 / MB, 1));
                 o.rss_after_load_mb = Some(r(c.hwm_after_load_bytes as f64 / MB, 1));
                 o.disk_mb = Some(r(disk.allocated_bytes as f64 / MB, 1));
@@ -222,6 +256,7 @@ impl Outcome {
                 o.state_matches = Some(matches);
                 o.verify_s = Some(r(c.verify_s, 2));
                 o.block_ms = c.block_ms.iter().map(|x| r(*x, 2)).collect();
+                o.block_cpu_ms = c.block_cpu_ms.clone();
                 o.warmup_ms = c.warmup_ms.iter().map(|x| r(*x, 2)).collect();
                 o.extra = c.extra;
             }
@@ -236,12 +271,14 @@ impl Outcome {
     pub fn one_line(&self) -> String {
         match (self.ok(), self.ops_per_s) {
             (true, Some(ops)) => format!(
-                "{:.0} ops/s, commit p50 {:.1} ms p99 {:.1} ms, peak RSS {:.0} MB, disk {:.0} MB, state matches",
+                "{:.0} ops/s ({:.0} per CPU-second), commit p50 {:.1} ms p99 {:.1} ms, peak RSS {:.0} MB, disk {:.0} MB, others kept {:.2} cores busy, state matches",
                 ops,
+                self.ops_per_cpu_s.unwrap_or(0.0),
                 self.commit_p50_ms.unwrap_or(0.0),
                 self.commit_p99_ms.unwrap_or(0.0),
                 self.rss_mb.unwrap_or(0.0),
-                self.disk_mb.unwrap_or(0.0)
+                self.disk_mb.unwrap_or(0.0),
+                self.others_busy_cores.unwrap_or(0.0)
             ),
             _ => format!("FAILED: {}", self.status),
         }
@@ -261,6 +298,9 @@ pub struct Report {
     /// in the expected state.
     pub bavl_vs_best_peer: Option<f64>,
     pub best_peer: Option<String>,
+    /// The same ratio on operations per CPU-second (see ops_per_cpu_s), and that peer.
+    pub bavl_vs_best_peer_cpu: Option<f64>,
+    pub best_peer_cpu: Option<String>,
     /// bavl's ops/s over each other store's.
     pub bavl_vs: BTreeMap<String, f64>,
     pub target: &'static str,
@@ -273,6 +313,7 @@ pub struct Report {
 
 const NOTES: &[&str] = &[
     "ops_per_s = operations in the measured blocks / sum of their apply + durable-commit times (block generation and reading the stream file are outside the timing).",
+    "ops_per_cpu_s = the same operations / CPU time of the store's whole process (all threads, /proc/self/stat) over the measured blocks; cores_used = that CPU time / wall time; others_busy_cores = the machine's busy CPU time (/proc/stat) minus the child's own, over the child's run: how much other work shared the 2 cores while that store ran, plus kernel work done for the store but not charged to its process (page writeback, the ext4 journal, block I/O completion): nomt, with O_DIRECT and io_uring, shows about 1 core there even on an idle machine, so its ops_per_cpu_s flatters it. Compare ops_per_s across stores only when others_busy_cores are alike.",
     "commit_p99_ms is nearest-rank over the measured blocks: with 30 blocks it is the slowest one.",
     "rss_mb is the child process's VmHWM after the last block: the peak over the initial load (commits of 100,000 keys) and the blocks.",
     "disk_mb is the space allocated to the store's directory after the run (du); disk_apparent_mb the files' lengths. nomt preallocates its hash table.",
@@ -302,6 +343,16 @@ impl Report {
             (Some(b), Some((_, p))) => Some(r(b / p, 3)),
             _ => None,
         };
+        let bavl_cpu = stores.get("bavl").filter(|o| o.ok()).and_then(|o| o.ops_per_cpu_s);
+        let best_cpu = stores
+            .values()
+            .filter(|o| o.peer && o.ok())
+            .filter_map(|o| Some((o.name, o.ops_per_cpu_s?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let bavl_vs_best_peer_cpu = match (bavl_cpu, best_cpu) {
+            (Some(b), Some((_, p))) => Some(r(b / p, 3)),
+            _ => None,
+        };
         let bavl_vs = match bavl {
             Some(b) => stores
                 .values()
@@ -322,6 +373,8 @@ impl Report {
             expected,
             bavl_vs_best_peer,
             best_peer: best.map(|(n, _)| n.to_string()),
+            bavl_vs_best_peer_cpu,
+            best_peer_cpu: best_cpu.map(|(n, _)| n.to_string()),
             bavl_vs,
             target: "bavl ahead of every peer, >= 2x the best of them (ops/s)",
             target_met: bavl_vs_best_peer.map(|x| x >= 2.0),
@@ -347,16 +400,19 @@ impl Report {
         std::fs::create_dir_all(&dir)?;
         let f = |x: Option<f64>| x.map_or(String::new(), |v| v.to_string());
         let mut csv = String::from(
-            "store,peer,status,ops_per_s,commit_p50_ms,commit_p99_ms,commit_mean_ms,rss_mb,disk_mb,disk_apparent_mb,load_s,keys_final,state_matches,bavl_vs_store\n",
+            "store,peer,status,ops_per_s,ops_per_cpu_s,cores_used,others_busy_cores,commit_p50_ms,commit_p99_ms,commit_mean_ms,rss_mb,disk_mb,disk_apparent_mb,load_s,keys_final,state_matches,bavl_vs_store\n",
         );
         for o in self.ordered() {
             let _ = writeln!(
                 csv,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 o.name,
                 o.peer,
                 if o.ok() { "ok" } else { "failed" },
                 f(o.ops_per_s),
+                f(o.ops_per_cpu_s),
+                f(o.cores_used),
+                f(o.others_busy_cores),
                 f(o.commit_p50_ms),
                 f(o.commit_p99_ms),
                 f(o.commit_mean_ms),
@@ -403,21 +459,34 @@ impl Report {
 
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "{:<15} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}\n",
-            "store", "ops/s", "p50 ms", "p99 ms", "RSS MB", "disk MB", "load s", "state"
+            "{:<15} {:>10} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6}\n",
+            "store",
+            "ops/s",
+            "ops/cpu-s",
+            "cores",
+            "p50 ms",
+            "p99 ms",
+            "RSS MB",
+            "disk MB",
+            "load s",
+            "others",
+            "state"
         );
         for o in self.ordered() {
             if o.ops_per_s.is_some() {
                 let _ = writeln!(
                     s,
-                    "{:<15} {:>10.0} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>8.1} {:>6}",
+                    "{:<15} {:>10.0} {:>10.0} {:>6.2} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>8.1} {:>6.2} {:>6}",
                     o.name,
                     o.ops_per_s.unwrap_or(0.0),
+                    o.ops_per_cpu_s.unwrap_or(0.0),
+                    o.cores_used.unwrap_or(0.0),
                     o.commit_p50_ms.unwrap_or(0.0),
                     o.commit_p99_ms.unwrap_or(0.0),
                     o.rss_mb.unwrap_or(0.0),
                     o.disk_mb.unwrap_or(0.0),
                     o.load_s.unwrap_or(0.0),
+                    o.others_busy_cores.unwrap_or(0.0),
                     if o.ok() { "ok" } else { "WRONG" }
                 );
             } else {
@@ -433,6 +502,9 @@ impl Report {
                 );
             }
             _ => s.push_str("bavl vs best peer: not available (bavl or every peer failed)\n"),
+        }
+        if let (Some(p), Some(x)) = (&self.best_peer_cpu, self.bavl_vs_best_peer_cpu) {
+            let _ = writeln!(s, "per CPU-second, bavl vs best peer ({p}): {x:.2}x");
         }
         s
     }
