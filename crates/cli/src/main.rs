@@ -16,7 +16,9 @@ mod blocks;
 mod crashtest;
 mod demo;
 mod loadtest;
+mod serve;
 mod store_cmds;
+mod sync;
 mod text;
 mod vectors;
 mod verify;
@@ -96,6 +98,20 @@ enum Command {
     /// Prove a key's value (or its absence) at a version of a store, for `bavl verify`.
     #[command(after_help = store_cmds::PROVE_HELP, disable_version_flag = true)]
     Prove(store_cmds::ProveArgs),
+    /// Serve a store's retained versions over HTTP (sync protocol v1) for `bavl sync`.
+    #[command(after_help = serve::SERVE_HELP)]
+    Serve(serve::ServeArgs),
+    /// Write a version as static files that any plain HTTP server can serve as a source.
+    #[command(after_help = serve::EXPORT_HELP, disable_version_flag = true)]
+    Export(serve::ExportArgs),
+    /// Download a version from many untrusted HTTP sources into a new store, verifying
+    /// every chunk against the trusted root.
+    ///
+    /// Parallel download with per-source adaptive concurrency, verification on worker
+    /// threads, a source banned at its first invalid answer, bounded memory, resumable
+    /// after a kill; the rebuilt tree is written durably as a new store at --db.
+    #[command(after_help = sync::SYNC_HELP, disable_version_flag = true)]
+    Sync(sync::SyncArgs),
 }
 
 const DEMO_EXAMPLES: &str = "Examples:
@@ -139,6 +155,9 @@ fn main() -> ExitCode {
         Command::Stats(args) => store_cmds::stats(&args),
         Command::Get(args) => store_cmds::get(&args),
         Command::Prove(args) => store_cmds::prove(&args),
+        Command::Serve(args) => serve::serve(&args),
+        Command::Export(args) => serve::export(&args),
+        Command::Sync(args) => sync::run(&args),
     };
     match result {
         Ok(code) => code,

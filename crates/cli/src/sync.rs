@@ -1,0 +1,258 @@
+//! `bavl sync`: downloads a version from many untrusted HTTP sources (peers running
+//! `bavl serve`, static mirrors of `bavl export`), verifying every chunk against the
+//! trusted root, and writes it durably as a new store.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use bavl_store::{Options as StoreOptions, Store};
+use bavl_sync::http::{self, BaseUrl, DownloadError, SourceEvent, SyncConfig};
+use bavl_sync::{Health, Options, Syncer};
+use serde_json::json;
+
+use crate::store_cmds::store_error;
+
+#[derive(clap::Args)]
+pub struct SyncArgs {
+    /// Directory of the new store (must not exist, or be empty).
+    #[arg(long, value_name = "PATH")]
+    db: PathBuf,
+    /// The trusted root hash (64 hex digits), e.g. from a block header.
+    #[arg(long, value_name = "HEX")]
+    root: String,
+    /// The trusted version of that root.
+    #[arg(long, value_name = "V")]
+    version: u64,
+    /// A source's base URL (http://host:port[/path]); repeat for more.
+    #[arg(long = "peer", value_name = "URL", required = true, num_args = 1..)]
+    peers: Vec<String>,
+    /// Resume file (default: PATH.sync-resume beside the store); kept until the store is
+    /// written, so a killed sync continues where it stopped.
+    #[arg(long, value_name = "FILE")]
+    resume: Option<PathBuf>,
+    /// Write a JSON summary to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Verification worker threads (default: the CPUs).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Per-request timeout, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    timeout: f64,
+    /// Grace period before the minimum rate is enforced, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    grace: f64,
+    /// Minimum average body rate per request after the grace, in bytes per second.
+    #[arg(long, value_name = "BYTES", default_value_t = 16384)]
+    min_rate: u64,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub const SYNC_HELP: &str = "Examples:
+  bavl sync --db /var/lib/bavl-new --root 3f2a…e1 --version 1200 \\
+            --peer http://10.0.0.5:7070 --peer http://mirror.example.org/bavl
+  bavl sync --db new --root HEX --version 1200 --peer URL --json sync.json
+
+Every chunk is verified against --root alone; a source is banned at its first invalid
+answer (bad chunk, lying manifest, over-long, stalled or garbage body) and its chunks are
+fetched elsewhere. Chunks are appended to the resume file as they verify: run the same
+command again after a kill and only the missing chunks are fetched. At the end the tree is
+rebuilt, its root checked, and written as a new store at --db (open it at --version).
+
+Exit status: 0 synced, 1 the sync failed (no honest source left; the resume file is
+kept), 2 bad arguments, --db not empty, or an I/O error.";
+
+pub fn run(args: &SyncArgs) -> Result<ExitCode> {
+    let lower = args.root.to_ascii_lowercase();
+    let root = bavl_sync::protocol::parse_root(&lower)
+        .map_err(|_| anyhow::anyhow!("--root must be 64 hex digits"))?;
+    let sources = args.peers.iter().map(|p| BaseUrl::parse(p)).collect::<Result<Vec<_>, _>>()?;
+    ensure_empty(&args.db)?;
+    let resume = args.resume.clone().unwrap_or_else(|| sibling(&args.db, "sync-resume"));
+    let secs = |s: f64, what: &str| {
+        Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .with_context(|| format!("--{what} must be a positive number of seconds"))
+    };
+    let options = Options {
+        request_timeout: secs(args.timeout, "timeout")?,
+        grace: secs(args.grace, "grace")?,
+        min_rate: args.min_rate,
+        ..Options::default()
+    };
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+    });
+    let cfg = SyncConfig {
+        sources: sources.clone(),
+        options,
+        verify_threads: threads,
+        resume: Some(resume.clone()),
+        connect_timeout: Duration::from_secs(10),
+    };
+    let bar = progress_bar(args.quiet);
+    let mut last_events = Vec::new();
+    let mut on_progress = |s: &Syncer, fetched: u64, ev: &[SourceEvent]| {
+        update_bar(&bar, s, fetched, ev);
+        last_events = ev.to_vec();
+    };
+    let result = http::download(root, args.version, &cfg, &mut on_progress);
+    bar.finish_and_clear();
+    let done = match result {
+        Ok(d) => d,
+        Err(DownloadError::Sync(e)) => {
+            for e in &last_events {
+                eprintln!("{}", describe(e, &sources));
+            }
+            eprintln!("error: the sync failed: {e} (the resume file {} is kept)", resume.display());
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut tree = done.tree;
+    if tree.root_hash() != root {
+        bail!("the rebuilt tree's root differs from --root (a bug: every chunk verified)");
+    }
+    write_store(&args.db, &mut tree, args.version)?;
+    std::fs::remove_file(&resume)
+        .with_context(|| format!("removing the resume file {}", resume.display()))?;
+    for e in &done.events {
+        eprintln!("{}", describe(e, &sources));
+    }
+    let secs = done.elapsed.as_secs_f64();
+    let mbps = done.fetched_bytes as f64 / 1e6 / secs.max(1e-9);
+    println!(
+        "synced version {} (root {}, {} keys, {} chunks: {} fetched, {} from the resume file) \
+         in {secs:.2} s, {mbps:.1} MB/s; {} banned; store written to {}",
+        args.version,
+        hex::encode(root),
+        tree.len(),
+        done.status.total.unwrap_or(0),
+        done.fetched,
+        done.resumed,
+        done.events.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count(),
+        args.db.display()
+    );
+    if let Some(path) = &args.json {
+        let src: Vec<_> = done
+            .sources
+            .iter()
+            .zip(&sources)
+            .map(|(r, url)| {
+                let (health, reason) = match &r.health {
+                    Health::Live => ("live", String::new()),
+                    Health::Banned(why) => ("banned", why.to_string()),
+                    Health::Dropped(why) => ("dropped", why.to_string()),
+                };
+                json!({"url": url.to_string(), "health": health, "reason": reason,
+                       "chunks": r.stats.chunks, "bytes": r.stats.bytes,
+                       "requests": r.stats.requests, "duplicates": r.stats.duplicates,
+                       "transient_failures": r.stats.transient_failures, "window": r.window})
+            })
+            .collect();
+        let summary = json!({
+            "ok": true, "db": args.db.display().to_string(), "version": args.version,
+            "root": hex::encode(root), "keys": tree.len(), "chunks": done.status.total,
+            "fetched": done.fetched, "resumed": done.resumed, "fetched_bytes": done.fetched_bytes,
+            "seconds": secs, "mb_per_s": mbps, "refetches": done.status.refetches,
+            "speculative": done.status.speculative, "peak_buffered_bytes": done.status.peak_buffered,
+            "banned": done.events.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count(),
+            "sources": src,
+        });
+        let text = serde_json::to_string_pretty(&summary)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe(e: &SourceEvent, sources: &[BaseUrl]) -> String {
+    match e {
+        SourceEvent::Banned { source, reason } => {
+            format!("banned {}: {reason}", sources[source.0 as usize])
+        }
+        SourceEvent::Dropped { source, reason } => {
+            format!("dropped {}: {reason}", sources[source.0 as usize])
+        }
+    }
+}
+
+/// `PATH.ext` beside `path`.
+fn sibling(path: &Path, ext: &str) -> PathBuf {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "store".into());
+    name.push(format!(".{ext}"));
+    path.with_file_name(name)
+}
+
+fn ensure_empty(db: &Path) -> Result<()> {
+    match std::fs::read_dir(db) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", db.display())),
+        Ok(mut entries) => match entries.next() {
+            None => Ok(()),
+            Some(_) => bail!("{} is not empty: bavl sync writes a new store", db.display()),
+        },
+    }
+}
+
+/// Writes the tree as a store in `PATH.partial`, checks it opens at the version and root,
+/// then renames it to `db` (atomic: `db` is either absent or the whole store).
+fn write_store(db: &Path, tree: &mut bavl_core::Tree, version: u64) -> Result<()> {
+    let partial = sibling(db, "partial");
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial)
+            .with_context(|| format!("removing the left-over {}", partial.display()))?;
+    }
+    Store::create_from_tree(&partial, tree, version).map_err(|e| store_error(&partial, e))?;
+    let store =
+        Store::open(&partial, StoreOptions::default()).map_err(|e| store_error(&partial, e))?;
+    if store.version() != version || store.root() != tree.root_hash() {
+        bail!("the written store does not open at version {version} with the synced root");
+    }
+    store.close().map_err(|e| store_error(&partial, e))?;
+    if db.exists() {
+        std::fs::remove_dir(db).with_context(|| format!("removing the empty {}", db.display()))?;
+    }
+    std::fs::rename(&partial, db)
+        .with_context(|| format!("renaming {} to {}", partial.display(), db.display()))?;
+    let parent = db.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing {}", parent.display()))?;
+    Ok(())
+}
+
+fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    let style = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} chunks {msg}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
+}
+
+fn update_bar(bar: &indicatif::ProgressBar, s: &Syncer, fetched: u64, ev: &[SourceEvent]) {
+    let st = s.status();
+    if let Some(total) = st.total {
+        bar.set_length(total);
+    }
+    bar.set_position(st.verified);
+    let secs = bar.elapsed().as_secs_f64().max(1e-3);
+    let reports = s.sources();
+    let live = reports.iter().filter(|r| r.health == Health::Live).count();
+    let bans = ev.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count();
+    bar.set_message(format!(
+        "{:.1} MB/s, {live}/{} sources, {bans} banned, {} in flight",
+        fetched as f64 / 1e6 / secs,
+        reports.len(),
+        st.in_flight
+    ));
+}

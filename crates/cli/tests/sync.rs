@@ -1,0 +1,184 @@
+//! `bavl serve`, `bavl export` and `bavl sync` as processes on loopback: a sync from the
+//! server, a static export behind `python3 -m http.server` and a lying server bans the
+//! liar and writes a store that opens at the version and root; a killed sync resumes
+//! without fetching again what it had.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bavl_store::{Options, Store};
+use common::TempDir;
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A store of 3000 keys over two versions; (version, root hex).
+fn make_store(db: &std::path::Path) -> (u64, String) {
+    let opts = Options { capacity: Some(16), ..Options::default() };
+    let mut store = Store::open(db, opts).unwrap();
+    for i in 0u32..3000 {
+        store.insert(&i.to_be_bytes(), format!("value {i}").as_bytes()).unwrap();
+    }
+    store.commit().unwrap();
+    store.insert(b"second", b"version").unwrap();
+    let (v, root) = store.commit().unwrap();
+    store.close().unwrap();
+    (v, hex::encode(root))
+}
+
+/// Starts a child that prints its URL on the first line matching `marker`; returns it.
+fn start(mut cmd: Command, marker: &str) -> (Kill, String) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let line = lines.find_map(|l| l.ok().filter(|l| l.contains(marker))).expect("the URL line");
+    std::thread::spawn(move || lines.for_each(drop));
+    (Kill(child), line)
+}
+
+fn serve(db: &std::path::Path) -> (Kill, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bavl"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--db"]).arg(db);
+    let (k, line) = start(cmd, "serving ");
+    (k, line.trim_start_matches("serving ").trim().to_string())
+}
+
+/// Proxies `upstream` (a `bavl serve` URL), one request at a time, sleeping `delay`
+/// before each answer, flipping a byte of every chunk if `lie`.
+fn proxy(upstream: String, delay: Duration, lie: bool) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let up = upstream.trim_start_matches("http://").to_string();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let mut buf = vec![0u8; 4096];
+            let Ok(n) = s.read(&mut buf) else { continue };
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            let path = req.split(' ').nth(1).unwrap_or("/").to_string();
+            let mut u = std::net::TcpStream::connect(&up).unwrap();
+            write!(u, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            let mut all = Vec::new();
+            u.read_to_end(&mut all).unwrap();
+            let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let mut body = all.split_off(end);
+            if lie && path.contains("/chunks/") {
+                let mid = body.len() / 2;
+                body[mid] ^= 0x10;
+            }
+            std::thread::sleep(delay);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(&body);
+        }
+    });
+    url
+}
+
+fn bavl_sync(
+    db: &std::path::Path,
+    root: &str,
+    v: u64,
+    peers: &[String],
+    json: &std::path::Path,
+) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bavl"));
+    cmd.args(["sync", "--quiet", "--grace", "2", "--root", root, "--version", &v.to_string()]);
+    cmd.arg("--db").arg(db).arg("--json").arg(json);
+    for p in peers {
+        cmd.args(["--peer", p]);
+    }
+    cmd
+}
+
+#[test]
+fn sync_from_server_mirror_and_liar_writes_a_store() {
+    let dir = TempDir::new("sync-all");
+    let (src, export, dst, json) =
+        (dir.join("src"), dir.join("export"), dir.join("dst"), dir.join("s.json"));
+    let (v, root) = make_store(&src);
+    let out = common::bavl(&[
+        "export",
+        "--db",
+        src.to_str().unwrap(),
+        "--version",
+        &v.to_string(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    // `bavl serve` holds the store's lock: export first.
+    let (_server, url) = serve(&src);
+    let mut peers = vec![proxy(url.clone(), Duration::ZERO, true), url];
+    let mut py = Command::new("python3");
+    py.args(["-u", "-m", "http.server", "--bind", "127.0.0.1", "0", "--directory"]).arg(&export);
+    let (_py, line) = start(py, "Serving HTTP");
+    let port = line.split("port ").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    peers.push(format!("http://127.0.0.1:{port}"));
+
+    let out = bavl_sync(&dst, &root, v, &peers, &json).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let store = Store::open(&dst, Options::default()).unwrap();
+    assert_eq!(store.version(), v);
+    assert_eq!(hex::encode(store.root()), root);
+    assert_eq!(store.get(b"second"), Some(&b"version"[..]));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(s["sources"][0]["health"], "banned", "{s}");
+    assert_eq!(s["sources"][1]["health"], "live");
+    assert_eq!(s["sources"][2]["health"], "live");
+    assert_eq!(s["resumed"], 0);
+    // --db now holds a store: a second sync refuses it (exit 2).
+    let out = bavl_sync(&dst, &root, v, &peers[1..], &json).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn killed_sync_resumes_without_refetching() {
+    let dir = TempDir::new("sync-resume");
+    let (src, dst, json) = (dir.join("src"), dir.join("dst"), dir.join("s.json"));
+    let (v, root) = make_store(&src);
+    let (_server, url) = serve(&src);
+    let slow = proxy(url.clone(), Duration::from_millis(15), false);
+    let mut child =
+        Kill(bavl_sync(&dst, &root, v, &[slow], &json).stderr(Stdio::null()).spawn().unwrap());
+    let resume = dir.join("dst.sync-resume");
+    let rootd = bavl_sync::protocol::parse_root(&root).unwrap();
+    let t = Instant::now();
+    let held = loop {
+        assert!(t.elapsed() < Duration::from_secs(20), "no progress");
+        std::thread::sleep(Duration::from_millis(50));
+        let Ok(bytes) = std::fs::read(&resume) else { continue };
+        let n = bavl_sync::resume::read(&bytes, &rootd, v).map_or(0, |r| r.chunks.len());
+        if n >= 40 {
+            break n;
+        }
+    };
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    assert!(!dst.exists(), "no store before the sync completes");
+    let out = bavl_sync(&dst, &root, v, &[url], &json).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (resumed, fetched, chunks) = (
+        s["resumed"].as_u64().unwrap(),
+        s["fetched"].as_u64().unwrap(),
+        s["chunks"].as_u64().unwrap(),
+    );
+    assert!(resumed >= held as u64, "{s}");
+    assert_eq!(resumed + fetched, chunks, "nothing fetched twice: {s}");
+    assert!(!resume.exists(), "the resume file is removed once the store is written");
+    let store = Store::open(&dst, Options::default()).unwrap();
+    assert_eq!((store.version(), hex::encode(store.root())), (v, root));
+}
