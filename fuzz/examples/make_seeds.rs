@@ -68,7 +68,8 @@ fn main() {
     let mut out = Out::new(&root, "store_files", |_| {});
     let sf = bavl_fuzz::store_fixture();
     for (sel, prefix) in bavl_fuzz::STORE_TARGETS.iter().enumerate() {
-        let (_, bytes) = sf.files.iter().filter(|(n, _)| n.starts_with(prefix)).max().expect("file");
+        let (_, bytes) =
+            sf.files.iter().filter(|(n, _)| n.starts_with(prefix)).max().expect("file");
         for cut in [bytes.len(), bytes.len() - 1, bytes.len() / 2, 30] {
             let mut input = vec![sel as u8];
             input.extend_from_slice(&bytes[..cut.min(bytes.len())]);

@@ -23,7 +23,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let report = check(&backend).expect("check reads memory");
-    let opts = Options { capacity: None, keep_recent: 2, checkpoint: CheckpointPolicy::Manual };
+    let opts = Options {
+        capacity: None,
+        keep_recent: 2,
+        checkpoint: CheckpointPolicy::Manual,
+        ..Options::default()
+    };
     if let Ok(store) = Store::open_backend(Arc::new(backend), opts) {
         assert!(f.roots.contains(&store.root()), "opened at a state never committed");
         assert!(report.ok() || !report.problems.is_empty());

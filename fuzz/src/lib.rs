@@ -414,8 +414,12 @@ pub fn store_fixture() -> &'static StoreFixture {
     F.get_or_init(|| {
         use bavl_store::{CheckpointPolicy, MemBackend, Options, Store};
         let backend = MemBackend::new();
-        let opts =
-            Options { capacity: Some(4), keep_recent: 2, checkpoint: CheckpointPolicy::Manual };
+        let opts = Options {
+            capacity: Some(4),
+            keep_recent: 2,
+            checkpoint: CheckpointPolicy::Manual,
+            ..Options::default()
+        };
         let mut store = Store::open_backend(std::sync::Arc::new(backend.clone()), opts)
             .expect("in-memory store");
         let mut roots = vec![store.root()];
