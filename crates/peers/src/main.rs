@@ -1,6 +1,10 @@
 //! `bavl-peers`: today's authenticated stores beside bavl on the same Workload B blocks.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
+
 mod plot;
 mod report;
 
@@ -121,6 +125,8 @@ struct ChildArgs {
 }
 
 fn main() -> Result<()> {
+    #[cfg(feature = "mimalloc")]
+    bavl_alloc::keep_freed_memory();
     match Cli::parse().command {
         Cmd::Run(a) => run(a),
         Cmd::List => {
@@ -192,6 +198,11 @@ fn run(a: RunArgs) -> Result<()> {
         seed: a.seed,
         dir: dir.display().to_string(),
         dir_fs: fs,
+        allocator: if cfg!(feature = "mimalloc") {
+            "mimalloc (bavl-alloc, freed memory kept), the default feature"
+        } else {
+            "glibc malloc (--no-default-features)"
+        },
     };
 
     // The IAVL program, built first so a missing Go fails early and visibly.

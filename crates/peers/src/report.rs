@@ -137,6 +137,8 @@ pub struct Params {
     pub seed: u64,
     pub dir: String,
     pub dir_fs: String,
+    /// The global allocator of the Rust stores' child processes (IAVL is Go's own).
+    pub allocator: &'static str,
 }
 
 fn r(x: f64, digits: i32) -> f64 {
