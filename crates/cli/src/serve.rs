@@ -1,30 +1,47 @@
 //! `bavl serve` and `bavl export`: a store's retained versions over HTTP (protocol v1,
 //! `docs/sync-protocol.md`), live or as static files.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use bavl_sync::http::{self, Catalog, Server};
+use bavl_sync::http::{self, Byzantine, Catalog, ExportDir, Objects, Server};
 
 use crate::store_cmds::{open_existing, DbArg};
 use crate::text::bytes;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    #[command(flatten)]
-    db: DbArg,
+    /// The store's directory.
+    #[arg(long, value_name = "PATH", required_unless_present = "dir", conflicts_with = "dir")]
+    db: Option<PathBuf>,
+    /// Serve a `bavl export` directory instead of a store (read-only; any number of
+    /// processes can serve one directory).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port; the URL is printed on stdout).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070")]
     listen: String,
     /// How many of the newest versions to retain and serve.
     #[arg(long, value_name = "N", default_value_t = 4)]
     keep: u64,
+    /// Test facility: lie in one fixed way (docs/sync-protocol.md §9), otherwise serve
+    /// honestly. KIND: wrong-bytes, wrong-index, other-version, truncate, overlong,
+    /// endless, stall, trickle, http-error, garbage, redirect-loop, lying-manifest,
+    /// wrong-version.
+    #[arg(long, value_name = "KIND", hide = true)]
+    byzantine: Option<Byzantine>,
+    /// Exit when standard input reaches its end (a parent that spawned this server with a
+    /// pipe dies or closes it: no orphan servers).
+    #[arg(long, hide = true)]
+    exit_on_eof: bool,
 }
 
 pub const SERVE_HELP: &str = "Examples:
   bavl serve --db /var/lib/bavl --listen 0.0.0.0:7070
+  bavl serve --dir /srv/mirror --listen 0.0.0.0:8000      # a `bavl export` directory
   curl http://127.0.0.1:7070/v1/snapshots/index.json
 
 Paths: /v1/snapshots/index.json, /v1/snapshots/V/manifest.json, /v1/chunks/ROOT/I (chunks
@@ -36,24 +53,50 @@ Exit status: 2 bad arguments, no store there, or the address cannot be bound; 3 
 is damaged.";
 
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
-    let db = &args.db.db;
-    let store = open_existing(db, args.keep)?;
-    let catalog = Catalog::new();
-    let versions: Vec<u64> = store.versions().collect();
-    for &v in &versions {
-        catalog.publish(v, store.snapshot(v).map_err(|e| crate::store_cmds::store_error(db, e))?);
-    }
-    let server = Server::bind(&args.listen, catalog)
+    // The store (if any) stays open, and locked, while serving.
+    let (objects, _store, what): (Arc<dyn Objects>, _, String) = match (&args.db, &args.dir) {
+        (Some(db), _) => {
+            let store = open_existing(db, args.keep)?;
+            let catalog = Catalog::new();
+            let versions: Vec<u64> = store.versions().collect();
+            for &v in &versions {
+                let snap = store.snapshot(v).map_err(|e| crate::store_cmds::store_error(db, e))?;
+                catalog.publish(v, snap);
+            }
+            let what = format!(
+                "versions {versions:?} of {} (newest root {})",
+                db.display(),
+                hex::encode(store.root())
+            );
+            (catalog, Some(store), what)
+        }
+        (None, Some(dir)) => {
+            let export = ExportDir::open(dir)
+                .with_context(|| format!("{} is not a `bavl export` directory", dir.display()))?;
+            let versions = export.versions().context("reading the listing")?;
+            let what = format!("versions {versions:?} exported in {}", dir.display());
+            (Arc::new(export), None, what)
+        }
+        (None, None) => anyhow::bail!("--db or --dir is required"),
+    };
+    let mut server = Server::bind_objects(&args.listen, objects)
         .with_context(|| format!("listening on {}", args.listen))?;
+    if let Some(kind) = args.byzantine {
+        server = server.byzantine(kind);
+    }
     let addr = server.local_addr().context("reading the bound address")?;
-    eprintln!(
-        "bavl serve: versions {:?} of {} (newest root {})",
-        versions,
-        db.display(),
-        hex::encode(store.root())
-    );
+    let liar = args.byzantine.map_or(String::new(), |k| format!(", BYZANTINE: {k}"));
+    eprintln!("bavl serve: {what}{liar}");
     let mut out = std::io::stdout();
     writeln!(out, "serving http://{addr}").and_then(|()| out.flush()).context("stdout")?;
+    if args.exit_on_eof {
+        std::thread::spawn(|| {
+            let mut sink = [0u8; 256];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            std::process::exit(0);
+        });
+    }
     server.run();
     Ok(ExitCode::SUCCESS)
 }

@@ -7,12 +7,17 @@
 //! `DIR/v1/chunks/<root>/<i>`. Each file is written to a temporary name and renamed, the
 //! chunks first and the listing last, so a server never shows a version whose files are
 //! not all in place.
+//!
+//! [`ExportDir`] serves such a directory with the crate's own server (`bavl serve --dir`).
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use bavl_core::Snapshot;
+use bavl_core::{Digest, Snapshot};
+
+use super::server::Objects;
 
 use crate::protocol::{self, ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
 
@@ -65,6 +70,52 @@ pub fn export(
     report.files += 2;
     report.bytes += (json.len() + listing.len()) as u64;
     Ok(report)
+}
+
+/// A directory written by [`export`], served by a [`super::Server`]: every object is read
+/// from its file when asked (the page cache is shared by every process serving it).
+#[derive(Debug, Clone)]
+pub struct ExportDir {
+    dir: PathBuf,
+}
+
+impl ExportDir {
+    /// Serves `dir`; fails unless it holds a listing.
+    pub fn open(dir: &Path) -> io::Result<ExportDir> {
+        let listing = file(dir, &protocol::listing_path());
+        Listing::decode(&fs::read(&listing)?).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", listing.display()))
+        })?;
+        Ok(ExportDir { dir: dir.to_path_buf() })
+    }
+
+    /// The versions listed, oldest first.
+    pub fn versions(&self) -> io::Result<Vec<u64>> {
+        let l = Listing::decode(&self.listing()?).map_err(io::Error::other)?;
+        Ok(l.snapshots.iter().map(|s| s.version).collect())
+    }
+
+    fn read(&self, api_path: &str) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(file(&self.dir, api_path)) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Objects for ExportDir {
+    fn listing(&self) -> io::Result<Vec<u8>> {
+        self.read(&protocol::listing_path())?.ok_or_else(|| io::ErrorKind::NotFound.into())
+    }
+
+    fn manifest(&self, version: u64) -> io::Result<Option<Arc<Vec<u8>>>> {
+        Ok(self.read(&protocol::manifest_path(version))?.map(Arc::new))
+    }
+
+    fn chunk(&self, root: &Digest, index: u64) -> io::Result<Option<Vec<u8>>> {
+        self.read(&protocol::chunk_path(root, index))
+    }
 }
 
 /// The file below `out` for an API path.

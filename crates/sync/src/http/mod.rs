@@ -1,16 +1,19 @@
 //! The HTTP transport of protocol v1 (feature `http`): a blocking HTTP/1.1 client that
 //! enforces every limit of `docs/sync-protocol.md` §3 while it reads, the server of a
-//! store's retained versions, the static export, and the sync loop that drives a
+//! store's retained versions (or of an export directory; honest, or lying in one fixed
+//! way for tests: [`byzantine`]), the static export, and the sync loop that drives a
 //! [`crate::Syncer`] over them with threads. Only `std::net`; why, in the protocol
 //! document's transport section.
 
+pub mod byzantine;
 pub mod client;
 pub mod download;
 pub mod export;
 pub mod server;
 pub mod wire;
 
+pub use byzantine::Byzantine;
 pub use client::{BaseUrl, Client, UrlError};
 pub use download::{download, DownloadError, Downloaded, SourceEvent, SyncConfig};
-pub use export::{export, ExportReport};
-pub use server::{Catalog, Server, ServerHandle};
+pub use export::{export, ExportDir, ExportReport};
+pub use server::{Catalog, Objects, Server, ServerHandle};

@@ -1,6 +1,8 @@
 //! The HTTP server of protocol v1: serves the manifests and chunks of the versions
 //! published in a [`Catalog`], from O(1) snapshots, so the store that owns them keeps
-//! committing while they are served.
+//! committing while they are served — or of any other [`Objects`], such as an
+//! [`super::ExportDir`]. [`Server::byzantine`] makes it lie in one fixed way (a test
+//! facility, [`super::byzantine`]).
 //!
 //! One thread per connection (at most [`MAX_CONNECTIONS`]; more are answered `503` with
 //! `Retry-After`), HTTP/1.1 keep-alive, `GET` and `HEAD` only. Paths are parsed strictly
@@ -19,6 +21,7 @@ use std::time::Duration;
 
 use bavl_core::{Digest, Snapshot};
 
+use super::byzantine::{Answer, Byzantine, Liar};
 use super::wire::{self, MAX_HEAD};
 use crate::protocol::{self, ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
 
@@ -30,6 +33,17 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const CACHE_IMMUTABLE: &str = "public, max-age=31536000, immutable";
 pub const CACHE_MANIFEST: &str = "max-age=60";
 pub const CACHE_LISTING: &str = "no-cache";
+
+/// What a server serves: the three kinds of objects of protocol v1. `Ok(None)` is `404`;
+/// an I/O error is `500`.
+pub trait Objects: Send + Sync {
+    /// The listing body (`/v1/snapshots/index.json`).
+    fn listing(&self) -> io::Result<Vec<u8>>;
+    /// The manifest body of `version`, if held.
+    fn manifest(&self, version: u64) -> io::Result<Option<Arc<Vec<u8>>>>;
+    /// Chunk `index` of the tree with root `root`, if held.
+    fn chunk(&self, root: &Digest, index: u64) -> io::Result<Option<Vec<u8>>>;
+}
 
 /// The versions a server offers. Shared between the store's owner, which publishes each
 /// committed version and withdraws pruned ones, and the connection threads.
@@ -99,59 +113,100 @@ impl Catalog {
     }
 }
 
+impl Objects for Catalog {
+    fn listing(&self) -> io::Result<Vec<u8>> {
+        Ok(self.listing_json())
+    }
+
+    fn manifest(&self, version: u64) -> io::Result<Option<Arc<Vec<u8>>>> {
+        Ok(self.manifest_json(version))
+    }
+
+    fn chunk(&self, root: &Digest, index: u64) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.by_root(root).and_then(|s| s.export_chunk(index)))
+    }
+}
+
 /// A response.
-struct Response {
-    status: u16,
-    content_type: &'static str,
-    cache: Option<&'static str>,
-    body: Arc<Vec<u8>>,
+pub(super) struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub cache: Option<&'static str>,
+    /// A `Location` header (redirects).
+    pub location: Option<String>,
+    pub body: Arc<Vec<u8>>,
 }
 
 impl Response {
-    fn new(status: u16, content_type: &'static str, cache: &'static str, body: Vec<u8>) -> Self {
-        Response { status, content_type, cache: Some(cache), body: Arc::new(body) }
+    pub fn new(
+        status: u16,
+        content_type: &'static str,
+        cache: &'static str,
+        body: Vec<u8>,
+    ) -> Self {
+        let body = Arc::new(body);
+        Response { status, content_type, cache: Some(cache), location: None, body }
     }
 
-    fn error(status: u16, text: &str) -> Self {
+    pub fn error(status: u16, text: &str) -> Self {
         let body = Arc::new(format!("{text}\n").into_bytes());
-        Response { status, content_type: "text/plain; charset=utf-8", cache: None, body }
+        let content_type = "text/plain; charset=utf-8";
+        Response { status, content_type, cache: None, location: None, body }
+    }
+
+    pub fn chunk(body: Vec<u8>) -> Self {
+        Response::new(200, "application/octet-stream", CACHE_IMMUTABLE, body)
     }
 }
 
-/// Answers one `GET` path from the catalog.
-fn route(catalog: &Catalog, path: &str) -> Response {
-    let prefix = format!("/v{PROTOCOL_VERSION}/");
-    let Some(rest) = path.strip_prefix(&prefix) else {
-        return Response::error(404, "not found");
+/// What a `GET` path asks for (parsed strictly: one URL per object).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target {
+    Listing,
+    Manifest(u64),
+    Chunk(Digest, u64),
+}
+
+impl Target {
+    /// `None` for any path that is not exactly one of the protocol's.
+    pub fn parse(path: &str) -> Option<Target> {
+        let rest = path.strip_prefix(&format!("/v{PROTOCOL_VERSION}/"))?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts.as_slice() {
+            ["snapshots", "index.json"] => Some(Target::Listing),
+            ["snapshots", v, "manifest.json"] => decimal(v).map(Target::Manifest),
+            ["chunks", root, index] => {
+                Some(Target::Chunk(protocol::parse_root(root).ok()?, decimal(index)?))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The honest answer to a path.
+pub(super) fn route(objects: &dyn Objects, target: Option<Target>) -> Response {
+    let answer = match target {
+        None => return Response::error(404, "not found"),
+        Some(Target::Listing) => objects
+            .listing()
+            .map(|l| Some(Response::new(200, "application/json", CACHE_LISTING, l))),
+        Some(Target::Manifest(v)) => objects.manifest(v).map(|m| {
+            m.map(|body| Response {
+                status: 200,
+                content_type: "application/json",
+                cache: Some(CACHE_MANIFEST),
+                location: None,
+                body,
+            })
+        }),
+        Some(Target::Chunk(root, index)) => {
+            objects.chunk(&root, index).map(|c| c.map(Response::chunk))
+        }
     };
-    let parts: Vec<&str> = rest.split('/').collect();
-    match parts.as_slice() {
-        ["snapshots", "index.json"] => {
-            Response::new(200, "application/json", CACHE_LISTING, catalog.listing_json())
-        }
-        ["snapshots", v, "manifest.json"] => {
-            match decimal(v).and_then(|v| catalog.manifest_json(v)) {
-                Some(body) => Response {
-                    status: 200,
-                    content_type: "application/json",
-                    cache: Some(CACHE_MANIFEST),
-                    body,
-                },
-                None => Response::error(404, "version not held"),
-            }
-        }
-        ["chunks", root, index] => {
-            let (Ok(root), Some(index)) = (protocol::parse_root(root), decimal(index)) else {
-                return Response::error(404, "not found");
-            };
-            match catalog.by_root(&root).and_then(|s| s.export_chunk(index)) {
-                Some(chunk) => {
-                    Response::new(200, "application/octet-stream", CACHE_IMMUTABLE, chunk)
-                }
-                None => Response::error(404, "root or index not held"),
-            }
-        }
-        _ => Response::error(404, "not found"),
+    match answer {
+        Ok(Some(r)) => r,
+        Ok(None) => Response::error(404, "not held"),
+        Err(_) => Response::error(500, "internal error"),
     }
 }
 
@@ -162,10 +217,12 @@ fn decimal(s: &str) -> Option<u64> {
     canonical.then(|| s.parse().ok()).flatten()
 }
 
-/// A bound listener serving a catalog.
+/// A bound listener serving a catalog (or any [`Objects`]), honestly unless made
+/// [`Server::byzantine`].
 pub struct Server {
     listener: TcpListener,
-    catalog: Arc<Catalog>,
+    objects: Arc<dyn Objects>,
+    liar: Option<Arc<Liar>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -180,8 +237,19 @@ pub struct ServerHandle {
 impl Server {
     /// Binds `addr` (port 0 picks a free port).
     pub fn bind(addr: impl ToSocketAddrs, catalog: Arc<Catalog>) -> io::Result<Server> {
+        Server::bind_objects(addr, catalog)
+    }
+
+    /// Binds `addr` to serve `objects` (a [`Catalog`], an [`super::ExportDir`], ...).
+    pub fn bind_objects(addr: impl ToSocketAddrs, objects: Arc<dyn Objects>) -> io::Result<Server> {
         let listener = TcpListener::bind(addr)?;
-        Ok(Server { listener, catalog, stop: Arc::new(AtomicBool::new(false)) })
+        Ok(Server { listener, objects, liar: None, stop: Arc::new(AtomicBool::new(false)) })
+    }
+
+    /// Makes this server lie in one fixed way (a test facility: see [`Byzantine`]).
+    pub fn byzantine(mut self, kind: Byzantine) -> Server {
+        self.liar = Some(Arc::new(Liar::new(kind)));
+        self
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -204,9 +272,9 @@ impl Server {
                 continue;
             }
             live.fetch_add(1, Ordering::Relaxed);
-            let (catalog, count) = (self.catalog.clone(), live.clone());
+            let (objects, liar, count) = (self.objects.clone(), self.liar.clone(), live.clone());
             let spawned = std::thread::Builder::new().name("bavl-serve".into()).spawn(move || {
-                let _ = serve_connection(stream, &catalog);
+                let _ = serve_connection(stream, &*objects, liar.as_deref());
                 count.fetch_sub(1, Ordering::Relaxed);
             });
             if spawned.is_err() {
@@ -257,7 +325,11 @@ impl Drop for ServerHandle {
 }
 
 /// Serves requests on one connection until it closes, idles out or sends garbage.
-fn serve_connection(mut s: TcpStream, catalog: &Catalog) -> io::Result<()> {
+fn serve_connection(
+    mut s: TcpStream,
+    objects: &dyn Objects,
+    liar: Option<&Liar>,
+) -> io::Result<()> {
     s.set_read_timeout(Some(IDLE_TIMEOUT))?;
     s.set_write_timeout(Some(IDLE_TIMEOUT))?;
     let _ = s.set_nodelay(true);
@@ -301,7 +373,13 @@ fn serve_connection(mut s: TcpStream, catalog: &Catalog) -> io::Result<()> {
         let (response, send_body) = match method.as_str() {
             "GET" | "HEAD" if version.starts_with("HTTP/1.") => {
                 let path = target.split(['?', '#']).next().unwrap_or_default();
-                (route(catalog, path), method == "GET")
+                let parsed = Target::parse(path);
+                match liar.map_or(Answer::Honest, |l| l.answer(objects, parsed, path)) {
+                    Answer::Honest => (route(objects, parsed), method == "GET"),
+                    Answer::Respond(r) => (r, method == "GET"),
+                    // A raw lie ends the connection.
+                    Answer::Raw(raw) => return raw.play(&mut s),
+                }
             }
             "GET" | "HEAD" => (Response::error(505, "HTTP version not supported"), true),
             _ => (Response::error(405, "only GET and HEAD"), true),
@@ -313,7 +391,7 @@ fn serve_connection(mut s: TcpStream, catalog: &Catalog) -> io::Result<()> {
     }
 }
 
-fn write_response(
+pub(super) fn write_response(
     s: &mut TcpStream,
     r: &Response,
     send_body: bool,
@@ -322,10 +400,12 @@ fn write_response(
 ) -> io::Result<()> {
     let reason = match r.status {
         200 => "OK",
+        302 => "Found",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Error",
     };
@@ -337,6 +417,9 @@ fn write_response(
     );
     if let Some(c) = r.cache {
         head.push_str(&format!("Cache-Control: {c}\r\n"));
+    }
+    if let Some(loc) = &r.location {
+        head.push_str(&format!("Location: {loc}\r\n"));
     }
     if let Some(secs) = retry_after {
         head.push_str(&format!("Retry-After: {secs}\r\n"));
