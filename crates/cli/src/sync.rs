@@ -47,6 +47,18 @@ pub struct SyncArgs {
     /// Minimum average body rate per request after the grace, in bytes per second.
     #[arg(long, value_name = "BYTES", default_value_t = 16384)]
     min_rate: u64,
+    /// Consecutive transient failures (timeouts, refused connections, 5xx) a source may
+    /// have; one more and it is dropped.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    max_retries: u32,
+    /// Backoff after a source's first transient failure, in seconds (doubling, at most
+    /// 10 s).
+    #[arg(long, value_name = "SECS", default_value_t = 0.5)]
+    backoff: f64,
+    /// Never ask an idle source for a copy of a chunk still in flight elsewhere (by
+    /// default the first of two copies to verify wins, against slow sources).
+    #[arg(long)]
+    no_speculate: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -83,6 +95,9 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
         request_timeout: secs(args.timeout, "timeout")?,
         grace: secs(args.grace, "grace")?,
         min_rate: args.min_rate,
+        max_retries: args.max_retries,
+        backoff_base: secs(args.backoff, "backoff")?,
+        speculate: !args.no_speculate,
         ..Options::default()
     };
     let threads = args.threads.unwrap_or_else(|| {

@@ -5,21 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bavl_store::{Options, Store};
-use common::TempDir;
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{start_until as start, Kill, TempDir};
 
 /// A store of 3000 keys over two versions; (version, root hex).
 fn make_store(db: &std::path::Path) -> (u64, String) {
@@ -35,21 +27,8 @@ fn make_store(db: &std::path::Path) -> (u64, String) {
     (v, hex::encode(root))
 }
 
-/// Starts a child that prints its URL on the first line matching `marker`; returns it.
-fn start(mut cmd: Command, marker: &str) -> (Kill, String) {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let out = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let line = lines.find_map(|l| l.ok().filter(|l| l.contains(marker))).expect("the URL line");
-    std::thread::spawn(move || lines.for_each(drop));
-    (Kill(child), line)
-}
-
 fn serve(db: &std::path::Path) -> (Kill, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bavl"));
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--db"]).arg(db);
-    let (k, line) = start(cmd, "serving ");
-    (k, line.trim_start_matches("serving ").trim().to_string())
+    common::serve(&[std::ffi::OsStr::new("--db"), db.as_os_str()])
 }
 
 /// Proxies `upstream` (a `bavl serve` URL), one request at a time, sleeping `delay`
