@@ -4,13 +4,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bavl_store::{Options as StoreOptions, Store};
 use bavl_sync::http::{self, BaseUrl, DownloadError, SourceEvent, SyncConfig};
-use bavl_sync::{Health, Options, Syncer};
-use serde_json::json;
+use bavl_sync::{Health, Options, SourceReport, Status, SyncError, Syncer};
+use serde_json::{json, Value};
 
 use crate::store_cmds::store_error;
 
@@ -32,7 +32,8 @@ pub struct SyncArgs {
     /// written, so a killed sync continues where it stopped.
     #[arg(long, value_name = "FILE")]
     resume: Option<PathBuf>,
-    /// Write a JSON summary to FILE.
+    /// Write a JSON summary to FILE (also when the sync fails: `"ok": false`, the reason
+    /// and every source's outcome).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Verification worker threads (default: the CPUs).
@@ -75,16 +76,74 @@ fetched elsewhere. Chunks are appended to the resume file as they verify: run th
 command again after a kill and only the missing chunks are fetched. At the end the tree is
 rebuilt, its root checked, and written as a new store at --db (open it at --version).
 
+With --json FILE the summary is written whatever happens: \"ok\": true with the totals, or
+\"ok\": false with \"reason\" (no_sources, chunk_too_large, restore, error), \"error\" and
+every source's outcome (live, banned or dropped, and why).
+
 Exit status: 0 synced, 1 the sync failed (no honest source left; the resume file is
 kept), 2 bad arguments, --db not empty, or an I/O error.";
 
+/// What the sync had reached when it stopped, for the summary of a failed run.
+#[derive(Default)]
+struct Seen {
+    urls: Vec<BaseUrl>,
+    root: Option<String>,
+    resume: Option<PathBuf>,
+    /// The syncer's last state, given to the progress callback (once more at the end).
+    sources: Vec<SourceReport>,
+    status: Option<Status>,
+    events: Vec<SourceEvent>,
+    fetched_bytes: u64,
+}
+
+/// Runs the sync; with `--json`, a summary is written whatever the outcome (`"ok": false`
+/// with the error and every source's outcome when it fails).
 pub fn run(args: &SyncArgs) -> Result<ExitCode> {
+    let start = Instant::now();
+    let mut seen = Seen::default();
+    let outcome = attempt(args, &mut seen);
+    let (code, summary) = match outcome {
+        Ok(Ok(summary)) => (Ok(ExitCode::SUCCESS), summary),
+        Ok(Err(e)) => {
+            for ev in &seen.events {
+                eprintln!("{}", describe(ev, &seen.urls));
+            }
+            let kept = seen
+                .resume
+                .as_ref()
+                .map_or(String::new(), |r| format!(" (the resume file {} is kept)", r.display()));
+            eprintln!("error: the sync failed: {e}{kept}");
+            let reason = match e {
+                SyncError::NoSources { .. } => "no_sources",
+                SyncError::ChunkTooLarge { .. } => "chunk_too_large",
+                SyncError::NotDone | SyncError::Restore(_) => "restore",
+            };
+            (Ok(ExitCode::from(1)), failure_summary(args, &seen, reason, &e.to_string(), start))
+        }
+        Err(e) => {
+            let summary = failure_summary(args, &seen, "error", &format!("{e:#}"), start);
+            (Err(e), summary)
+        }
+    };
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&summary)? + "\n";
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    code
+}
+
+/// The sync up to the written store: its summary, or why the sync failed (exit 1), or
+/// another error (bad arguments, I/O: exit 2 or 3).
+fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>> {
     let lower = args.root.to_ascii_lowercase();
     let root = bavl_sync::protocol::parse_root(&lower)
         .map_err(|_| anyhow::anyhow!("--root must be 64 hex digits"))?;
+    seen.root = Some(lower);
     let sources = args.peers.iter().map(|p| BaseUrl::parse(p)).collect::<Result<Vec<_>, _>>()?;
+    seen.urls = sources.clone();
     ensure_empty(&args.db)?;
     let resume = args.resume.clone().unwrap_or_else(|| sibling(&args.db, "sync-resume"));
+    seen.resume = Some(resume.clone());
     let secs = |s: f64, what: &str| {
         Duration::try_from_secs_f64(s)
             .ok()
@@ -111,22 +170,18 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
         connect_timeout: Duration::from_secs(10),
     };
     let bar = progress_bar(args.quiet);
-    let mut last_events = Vec::new();
     let mut on_progress = |s: &Syncer, fetched: u64, ev: &[SourceEvent]| {
         update_bar(&bar, s, fetched, ev);
-        last_events = ev.to_vec();
+        seen.sources = s.sources();
+        seen.status = Some(s.status());
+        seen.events = ev.to_vec();
+        seen.fetched_bytes = fetched;
     };
     let result = http::download(root, args.version, &cfg, &mut on_progress);
     bar.finish_and_clear();
     let done = match result {
         Ok(d) => d,
-        Err(DownloadError::Sync(e)) => {
-            for e in &last_events {
-                eprintln!("{}", describe(e, &sources));
-            }
-            eprintln!("error: the sync failed: {e} (the resume file {} is kept)", resume.display());
-            return Ok(ExitCode::from(1));
-        }
+        Err(DownloadError::Sync(e)) => return Ok(Err(e)),
         Err(e) => return Err(e.into()),
     };
     let mut tree = done.tree;
@@ -141,48 +196,67 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
     }
     let secs = done.elapsed.as_secs_f64();
     let mbps = done.fetched_bytes as f64 / 1e6 / secs.max(1e-9);
+    let banned = done.events.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count();
     println!(
         "synced version {} (root {}, {} keys, {} chunks: {} fetched, {} from the resume file) \
-         in {secs:.2} s, {mbps:.1} MB/s; {} banned; store written to {}",
+         in {secs:.2} s, {mbps:.1} MB/s; {banned} banned; store written to {}",
         args.version,
         hex::encode(root),
         tree.len(),
         done.status.total.unwrap_or(0),
         done.fetched,
         done.resumed,
-        done.events.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count(),
         args.db.display()
     );
-    if let Some(path) = &args.json {
-        let src: Vec<_> = done
-            .sources
-            .iter()
-            .zip(&sources)
-            .map(|(r, url)| {
-                let (health, reason) = match &r.health {
-                    Health::Live => ("live", String::new()),
-                    Health::Banned(why) => ("banned", why.to_string()),
-                    Health::Dropped(why) => ("dropped", why.to_string()),
-                };
-                json!({"url": url.to_string(), "health": health, "reason": reason,
-                       "chunks": r.stats.chunks, "bytes": r.stats.bytes,
-                       "requests": r.stats.requests, "duplicates": r.stats.duplicates,
-                       "transient_failures": r.stats.transient_failures, "window": r.window})
-            })
-            .collect();
-        let summary = json!({
-            "ok": true, "db": args.db.display().to_string(), "version": args.version,
-            "root": hex::encode(root), "keys": tree.len(), "chunks": done.status.total,
-            "fetched": done.fetched, "resumed": done.resumed, "fetched_bytes": done.fetched_bytes,
-            "seconds": secs, "mb_per_s": mbps, "refetches": done.status.refetches,
-            "speculative": done.status.speculative, "peak_buffered_bytes": done.status.peak_buffered,
-            "banned": done.events.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count(),
-            "sources": src,
-        });
-        let text = serde_json::to_string_pretty(&summary)?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Ok(json!({
+        "ok": true, "db": args.db.display().to_string(), "version": args.version,
+        "root": hex::encode(root), "keys": tree.len(), "chunks": done.status.total,
+        "fetched": done.fetched, "resumed": done.resumed, "fetched_bytes": done.fetched_bytes,
+        "seconds": secs, "mb_per_s": mbps, "refetches": done.status.refetches,
+        "speculative": done.status.speculative, "peak_buffered_bytes": done.status.peak_buffered,
+        "banned": banned, "sources": sources_json(&done.sources, &sources),
+    })))
+}
+
+/// The summary of a run that did not write a store.
+fn failure_summary(
+    args: &SyncArgs,
+    seen: &Seen,
+    reason: &str,
+    error: &str,
+    start: Instant,
+) -> Value {
+    let count = |f: fn(&SourceEvent) -> bool| seen.events.iter().filter(|e| f(e)).count();
+    let status = seen.status.clone().unwrap_or_default();
+    json!({
+        "ok": false, "reason": reason, "error": error,
+        "db": args.db.display().to_string(), "version": args.version, "root": seen.root,
+        "chunks": status.total, "verified": status.verified,
+        "fetched_bytes": seen.fetched_bytes, "seconds": start.elapsed().as_secs_f64(),
+        "resume": seen.resume.as_ref().map(|r| r.display().to_string()),
+        "banned": count(|e| matches!(e, SourceEvent::Banned { .. })),
+        "dropped": count(|e| matches!(e, SourceEvent::Dropped { .. })),
+        "sources": sources_json(&seen.sources, &seen.urls),
+    })
+}
+
+/// One object per source: its URL, health and why, and its counters.
+pub fn sources_json(reports: &[SourceReport], urls: &[BaseUrl]) -> Vec<Value> {
+    reports
+        .iter()
+        .zip(urls)
+        .map(|(r, url)| {
+            let (health, reason) = match &r.health {
+                Health::Live => ("live", String::new()),
+                Health::Banned(why) => ("banned", why.to_string()),
+                Health::Dropped(why) => ("dropped", why.to_string()),
+            };
+            json!({"url": url.to_string(), "health": health, "reason": reason,
+                   "chunks": r.stats.chunks, "bytes": r.stats.bytes,
+                   "requests": r.stats.requests, "duplicates": r.stats.duplicates,
+                   "transient_failures": r.stats.transient_failures, "window": r.window})
+        })
+        .collect()
 }
 
 fn describe(e: &SourceEvent, sources: &[BaseUrl]) -> String {

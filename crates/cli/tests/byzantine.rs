@@ -217,3 +217,31 @@ fn every_kind_of_liar_at_once_beside_one_honest_source() {
     assert_eq!(s["banned"], 12, "{s}");
     setup.check_synced();
 }
+
+#[test]
+fn a_sync_from_liars_alone_fails_and_still_writes_its_summary() {
+    let setup = setup("fail");
+    let (_a, a) = serve("--dir", &setup.export, Some(Byzantine::WrongBytes));
+    let (_b, b) = serve("--dir", &setup.export, Some(Byzantine::Garbage));
+    // A port nobody listens on: connection refused, a transient failure.
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let (out, s) = setup.sync(&[a, b, refused], &["--max-retries", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(s["ok"], false, "{s}");
+    assert_eq!(s["reason"], "no_sources");
+    assert!(s["error"].as_str().unwrap().contains("no usable source"), "{s}");
+    assert_eq!(s["root"], setup.root.as_str());
+    assert_eq!((s["banned"].as_u64(), s["dropped"].as_u64()), (Some(2), Some(1)), "{s}");
+    let src = s["sources"].as_array().unwrap();
+    check_liar(Byzantine::WrongBytes, &src[0]);
+    check_liar(Byzantine::Garbage, &src[1]);
+    assert_eq!(src[2]["health"], "dropped");
+    assert!(src[2]["reason"].as_str().unwrap().contains("transport error"), "{s}");
+    assert_eq!(src[2]["transient_failures"], 2);
+    // The resume file is kept for the next attempt and named in the summary.
+    assert!(Path::new(s["resume"].as_str().unwrap()).exists(), "{s}");
+    assert!(!setup.dir.join("synced").exists(), "no store from a failed sync");
+}

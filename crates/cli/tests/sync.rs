@@ -118,9 +118,12 @@ fn sync_from_server_mirror_and_liar_writes_a_store() {
     assert_eq!(s["sources"][1]["health"], "live");
     assert_eq!(s["sources"][2]["health"], "live");
     assert_eq!(s["resumed"], 0);
-    // --db now holds a store: a second sync refuses it (exit 2).
+    // --db now holds a store: a second sync refuses it (exit 2), and says so in its summary.
     let out = bavl_sync(&dst, &root, v, &peers[1..], &json).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!((&s["ok"], &s["reason"]), (&false.into(), &"error".into()), "{s}");
+    assert!(s["error"].as_str().unwrap().contains("is not empty"), "{s}");
 }
 
 #[test]
