@@ -1,0 +1,585 @@
+//! `bavl-synclab`: state sync over a namespaced network, bavl against the Cosmos/IAVL-style
+//! baseline. See `docs/results/README.md` ("State sync over a network").
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use bavl_synclab::baseline::{self, RetryPolicy};
+use bavl_synclab::plot;
+use bavl_synclab::runner::{self, Env, Method, Row, Setup};
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(
+    name = "bavl-synclab",
+    about = "State sync experiments: bavl vs the Cosmos/IAVL-style baseline over network namespaces"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Builds a state (Workload A pairs in a bavl tree of a chunk capacity) as a store.
+    MakeState {
+        #[arg(long)]
+        keys: u64,
+        #[arg(long, default_value_t = 64)]
+        capacity: u32,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Serves a store's newest version as the baseline's opaque fixed-size chunks.
+    ServeBaseline {
+        #[arg(long)]
+        db: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: String,
+        #[arg(long, default_value_t = 1 << 20)]
+        chunk_bytes: u64,
+        /// Byzantine: flip a byte in every chunk served.
+        #[arg(long)]
+        corrupt: bool,
+    },
+    /// The baseline's syncing node: fetch every chunk from every peer, import, check the
+    /// root, restart from scratch if it is wrong.
+    FetchBaseline {
+        /// host:port of a peer; repeat.
+        #[arg(long = "peer", required = true)]
+        peers: Vec<String>,
+        /// The trusted (IAVL-like) root, hex.
+        #[arg(long)]
+        root: String,
+        /// Concurrent requests per peer.
+        #[arg(long, default_value_t = 32)]
+        workers: usize,
+        /// Index (0-based, in --peer order) of a liar the B+AVL paper's model lets a failed
+        /// attempt expose, one per failed attempt, in this order. Without any, a failed
+        /// attempt is retried with the same peers.
+        #[arg(long = "exposed-liar")]
+        liars: Vec<usize>,
+        #[arg(long, default_value_t = 50)]
+        max_attempts: u32,
+        /// Where the imported state is written (and fsynced).
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Runs the experiments in the netlab namespaces (root; builds the lab itself).
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Smoke run: 20k keys, 3 peers, 0 and 1 Byzantine, one repetition (~1-2 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Experiments, comma-separated: s7 (issue §7 figures), size, chunk, peers, byz.
+    #[arg(long, default_value = "s7,size,chunk,peers,byz", value_delimiter = ',')]
+    exp: Vec<String>,
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// bavl chunk capacity (pairs per chunk) outside the chunk sweep.
+    #[arg(long, default_value_t = 256)]
+    capacity: u32,
+    #[arg(long, default_value_t = 50)]
+    rtt_ms: u64,
+    #[arg(long, default_value_t = 100)]
+    rate_mbit: u64,
+    /// Baseline chunk size in bytes (0: as many pairs per chunk as bavl's capacity).
+    #[arg(long, default_value_t = 0)]
+    baseline_chunk_bytes: u64,
+    #[arg(long, default_value_t = 32)]
+    baseline_workers: usize,
+    /// `bavl serve --byzantine` kind of bavl's Byzantine peers.
+    #[arg(long, default_value = "wrong-bytes")]
+    bavl_lie: String,
+    /// Output directory for CSV and PNG (default docs/results/sync, quick: target/synclab/quick).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The §7 summary (default docs/results/sync.json; quick: OUT/sync.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The `bavl` binary (default: beside this one).
+    #[arg(long)]
+    bavl: Option<PathBuf>,
+    #[arg(long, default_value = "scripts/netlab.sh")]
+    netlab: PathBuf,
+    /// Leave the lab up afterwards.
+    #[arg(long)]
+    keep_lab: bool,
+    /// Seconds before a sync is killed.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+fn main() -> ExitCode {
+    #[cfg(feature = "mimalloc")]
+    bavl_alloc::keep_freed_memory();
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::MakeState { keys, capacity, out } => bavl_synclab::state::ensure(&out, keys, capacity)
+            .map(|i| {
+                println!("{}", serde_json::to_string_pretty(&i).unwrap_or_default());
+                ExitCode::SUCCESS
+            }),
+        Cmd::ServeBaseline { db, listen, chunk_bytes, corrupt } => {
+            serve_baseline(&db, &listen, chunk_bytes, corrupt)
+        }
+        Cmd::FetchBaseline { peers, root, workers, liars, max_attempts, out, json } => {
+            fetch_baseline(peers, &root, workers, liars, max_attempts, &out, json.as_deref())
+        }
+        Cmd::Run(args) => run(&args),
+    };
+    match r {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn serve_baseline(db: &Path, listen: &str, chunk_bytes: u64, corrupt: bool) -> Result<ExitCode> {
+    let snap = bavl_synclab::state::baseline_snapshot(db, chunk_bytes)?;
+    let listener = TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
+    eprintln!(
+        "serve-baseline: {} pairs, {} bytes in {} chunks of {chunk_bytes}{}",
+        snap.meta.entries,
+        snap.meta.total_bytes,
+        snap.meta.chunks,
+        if corrupt { " (corrupting every chunk)" } else { "" }
+    );
+    let mut out = std::io::stdout();
+    writeln!(out, "serving http://{}", listener.local_addr()?).and_then(|()| out.flush())?;
+    bavl_synclab::http::serve(listener, Arc::new(snap), corrupt);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fetch_baseline(
+    peers: Vec<String>,
+    root: &str,
+    workers: usize,
+    liars: Vec<usize>,
+    max_attempts: u32,
+    out: &Path,
+    json: Option<&Path>,
+) -> Result<ExitCode> {
+    let trusted: baseline::Digest = hex::decode(root)
+        .ok()
+        .and_then(|v| v.try_into().ok())
+        .context("--root must be 64 hex digits")?;
+    let policy =
+        if liars.is_empty() { RetryPolicy::Same } else { RetryPolicy::ExposeOneLiar { liars } };
+    let cfg = baseline::Config {
+        peers: peers.len(),
+        trusted_root: trusted,
+        workers,
+        policy,
+        max_attempts,
+    };
+    let t = bavl_synclab::http::Http { peers, timeout: Duration::from_secs(30) };
+    let result = baseline::sync(&t, &cfg);
+    let (code, summary) = match result {
+        Ok(o) => {
+            // The durable import: the decoded state written and synced.
+            let mut f = std::fs::File::create(out)?;
+            f.write_all(&o.stream)?;
+            f.sync_all()?;
+            eprintln!(
+                "baseline: {} pairs in {:.2} s, {} attempt(s), {} bytes fetched",
+                o.entries,
+                o.elapsed.as_secs_f64(),
+                o.attempts.len(),
+                o.fetched_bytes()
+            );
+            let s = json!({"ok": true, "entries": o.entries, "seconds": o.elapsed.as_secs_f64(),
+                "attempts": o.attempts.len(), "fetched_bytes": o.fetched_bytes(),
+                "root": hex::encode(o.root), "attempt_log": o.attempts});
+            (ExitCode::SUCCESS, s)
+        }
+        Err(e) => {
+            eprintln!("error: the baseline sync failed: {e}");
+            (ExitCode::from(1), json!({"ok": false, "error": e.to_string()}))
+        }
+    };
+    if let Some(p) = json {
+        std::fs::write(p, serde_json::to_string_pretty(&summary)?)?;
+    }
+    Ok(code)
+}
+
+fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    json!({"cpu": cpu, "nproc": std::thread::available_parallelism().map_or(1, |n| n.get()),
+           "mem_gib": (mem / 1048576.0 * 10.0).round() / 10.0, "kernel": kernel.trim(),
+           "load_avg": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+           "git_commit": git_commit()})
+}
+
+fn date() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
+    let mut v = Vec::new();
+    let mut add = |method: Method, keys: u64, capacity: u32, peers: usize, byzantine: usize| {
+        if method == Method::Bavl && byzantine > 0 && !bavl_byz {
+            return;
+        }
+        v.push(Setup { exp: exp.to_string(), method, keys, capacity, peers, byzantine });
+    };
+    let both = [Method::Bavl, Method::Baseline];
+    let cap = args.capacity;
+    if args.quick {
+        for m in both {
+            for b in [0, 1] {
+                add(m, 20_000, cap, 3, b);
+            }
+        }
+        return v;
+    }
+    match exp {
+        "s7" => {
+            for b in [0, 1, 3, 4] {
+                add(Method::Bavl, 1_000_000, cap, 10, b);
+            }
+            for b in [0, 1, 4] {
+                add(Method::Baseline, 1_000_000, cap, 10, b);
+            }
+        }
+        "size" => {
+            for keys in [100_000, 1_000_000] {
+                for m in both {
+                    for b in [0, 1] {
+                        add(m, keys, cap, 10, b);
+                    }
+                }
+            }
+        }
+        "chunk" => {
+            for c in [64, 256, 1024, 4096] {
+                for m in both {
+                    for b in [0, 1] {
+                        add(m, 1_000_000, c, 10, b);
+                    }
+                }
+            }
+        }
+        "peers" => {
+            for p in [3, 6, 9, 12] {
+                for m in both {
+                    for b in [0, 1] {
+                        add(m, 1_000_000, cap, p, b);
+                    }
+                }
+            }
+        }
+        "byz" => {
+            for b in 0..=4 {
+                for m in both {
+                    add(m, 1_000_000, cap, 12, b);
+                }
+            }
+        }
+        _ => {}
+    }
+    v
+}
+
+fn csv(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "exp,method,keys,capacity,chunk_bytes,peers,byzantine,rtt_ms,rate_mbit,rep,ok,seconds,attempts,fetched_bytes,state_bytes,floor_s,peak_rss_mb,client_cpu_s,machine_busy_cores,banned,note\n",
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{:.1},{:.2},{:.2},{},\"{}\"\n",
+            r.exp,
+            r.method.name(),
+            r.keys,
+            r.capacity,
+            r.chunk_bytes,
+            r.peers,
+            r.byzantine,
+            r.rtt_ms,
+            r.rate_mbit,
+            r.rep,
+            r.ok,
+            r.seconds,
+            r.attempts,
+            r.fetched_bytes,
+            r.state_bytes,
+            r.floor_s,
+            r.peak_rss_mb,
+            r.client_cpu_s,
+            r.machine_busy_cores,
+            r.banned,
+            r.note.replace('"', "'")
+        ));
+    }
+    s
+}
+
+fn med(rows: &[Row], keep: impl Fn(&Row) -> bool) -> Option<f64> {
+    let mut v: Vec<f64> = rows.iter().filter(|r| r.ok && keep(r)).map(|r| r.seconds).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+}
+
+fn s7_summary(args: &RunArgs, rows: &[Row], command: &str, bavl_byz: bool) -> serde_json::Value {
+    let peers = if args.quick { 3 } else { 10 };
+    let third = peers / 3;
+    let s7: Vec<Row> = rows.iter().filter(|r| r.exp == "s7" || args.quick).cloned().collect();
+    let m = |method: Method, b: usize| med(&s7, |r| r.method == method && r.byzantine == b);
+    let honest = m(Method::Bavl, 0);
+    let floor = s7.iter().find(|r| r.method == Method::Bavl).map(|r| r.floor_s);
+    let third_s = m(Method::Bavl, third);
+    let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    let one = ratio(m(Method::Baseline, 1), m(Method::Bavl, 1));
+    let four_b = if args.quick { 1 } else { 4 };
+    let four = ratio(m(Method::Baseline, four_b), m(Method::Bavl, four_b));
+    let rss = s7
+        .iter()
+        .filter(|r| r.method == Method::Bavl && r.byzantine == 0 && r.ok)
+        .map(|r| r.peak_rss_mb)
+        .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
+    let busy = s7
+        .iter()
+        .filter(|r| r.method == Method::Bavl && r.byzantine == 0 && r.ok)
+        .map(|r| r.machine_busy_cores)
+        .sum::<f64>()
+        / s7.iter().filter(|r| r.method == Method::Bavl && r.byzantine == 0 && r.ok).count().max(1)
+            as f64;
+    let info = s7.iter().find(|r| r.method == Method::Bavl);
+    let hf = ratio(honest, floor);
+    let th = ratio(third_s, honest);
+    json!({
+        "what": "state sync of 1M Workload A pairs (20-byte keys, 100-byte values) from 10 peers, each behind toxiproxy (50 ms RTT) and tbf (100 Mbit/s egress), real processes in network namespaces: bavl serve / bavl sync against the Cosmos/IAVL-style baseline (opaque fixed-size chunks, root checked after import, restart from scratch, one liar exposed per failed attempt); medians of the repetitions",
+        "quick": args.quick,
+        "keys": info.map(|r| r.keys),
+        "capacity": info.map(|r| r.capacity),
+        "peers": peers,
+        "rtt_ms": args.rtt_ms,
+        "rate_mbit_per_peer": args.rate_mbit,
+        "repetitions": args.reps,
+        "bavl_state_bytes": info.map(|r| r.state_bytes),
+        "honest_sync_s": honest,
+        "bandwidth_floor_s": floor,
+        "honest_over_floor": hf,
+        "honest_target": 1.25,
+        "honest_target_met": hf.map(|x| x <= 1.25),
+        "third_byzantine_peers": third,
+        "third_byzantine_sync_s": third_s,
+        "third_byzantine_over_honest": th,
+        "third_byzantine_target": 1.3,
+        "third_byzantine_target_met": th.map(|x| x <= 1.3),
+        "baseline_honest_sync_s": m(Method::Baseline, 0),
+        "baseline_one_byzantine_sync_s": m(Method::Baseline, 1),
+        "bavl_one_byzantine_sync_s": m(Method::Bavl, 1),
+        "baseline_one_byzantine_ratio": one,
+        "baseline_one_byzantine_target": 5.0,
+        "baseline_one_byzantine_target_met": one.map(|x| x >= 5.0),
+        "baseline_four_byzantine_sync_s": m(Method::Baseline, four_b),
+        "bavl_four_byzantine_sync_s": m(Method::Bavl, four_b),
+        "baseline_four_byzantine_ratio": four,
+        "baseline_four_byzantine_target": 20.0,
+        "baseline_four_byzantine_target_met": four.map(|x| x >= 20.0),
+        "peak_rss_mb": rss,
+        "machine_busy_cores_during_honest_sync": busy,
+        "bavl_byzantine_available": bavl_byz,
+        "machine": machine(),
+        "command": command,
+        "date": date(),
+        "csv": "docs/results/sync/runs.csv",
+    })
+}
+
+fn plots(out: &Path, rows: &[Row]) -> Result<()> {
+    let by = |exp: &str| -> Vec<Row> { rows.iter().filter(|r| r.exp == exp).cloned().collect() };
+    let specs: [(&str, &str, &str, bool); 4] = [
+        ("size", "Sync time vs state size (10 peers, 50 ms, 100 Mbit/s each)", "keys", true),
+        ("chunk", "Sync time vs chunk size (1M keys, 10 peers)", "pairs per chunk", true),
+        ("peers", "Sync time vs peers (1M keys)", "peers", false),
+        ("byz", "Sync time vs Byzantine peers (1M keys, 12 peers)", "Byzantine peers", false),
+    ];
+    for (exp, title, xl, log_x) in specs {
+        let r = by(exp);
+        if r.is_empty() {
+            continue;
+        }
+        let series = match exp {
+            "size" => plot::standard(&r, |r| r.keys as f64, &[0, 1]),
+            "chunk" => plot::standard(&r, |r| f64::from(r.capacity), &[0, 1]),
+            "peers" => plot::standard(&r, |r| r.peers as f64, &[0, 1]),
+            _ => {
+                let mut s = Vec::new();
+                for (m, c) in [
+                    (Method::Bavl, plotters::style::RGBColor(31, 102, 181)),
+                    (Method::Baseline, plotters::style::RGBColor(214, 110, 20)),
+                ] {
+                    s.push(plot::Series {
+                        label: m.name().to_string(),
+                        color: c,
+                        dashed: false,
+                        points: plot::points(
+                            &r,
+                            |x| x.method == m,
+                            |x| x.byzantine as f64,
+                            |x| x.seconds,
+                        ),
+                    });
+                    s.push(plot::Series {
+                        label: format!("{} bandwidth floor", m.name()),
+                        color: c,
+                        dashed: true,
+                        points: plot::points(
+                            &r,
+                            |x| x.method == m,
+                            |x| x.byzantine as f64,
+                            |x| x.floor_s,
+                        ),
+                    });
+                }
+                s
+            }
+        };
+        let path = out.join(format!("{exp}.png"));
+        if let Err(e) = plot::draw(&path, title, xl, &series, log_x) {
+            eprintln!("synclab: {}: {e:#}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn run(args: &RunArgs) -> Result<ExitCode> {
+    let exe = std::env::current_exe()?;
+    let bavl = args.bavl.clone().unwrap_or_else(|| exe.with_file_name("bavl"));
+    if !bavl.is_file() {
+        bail!("{} not found (cargo build --release -p bavl-cli, or --bavl PATH)", bavl.display());
+    }
+    let work = PathBuf::from("target/synclab");
+    let out = args.out.clone().unwrap_or_else(|| {
+        if args.quick {
+            work.join("quick")
+        } else {
+            PathBuf::from("docs/results/sync")
+        }
+    });
+    let json_path = args.json.clone().unwrap_or_else(|| {
+        if args.quick {
+            out.join("sync.json")
+        } else {
+            PathBuf::from("docs/results/sync.json")
+        }
+    });
+    std::fs::create_dir_all(&out)?;
+    let env = Env {
+        bavl: std::fs::canonicalize(&bavl)?,
+        synclab: std::fs::canonicalize(&exe)?,
+        netlab: args.netlab.clone(),
+        work: std::fs::canonicalize(".")?.join(&work),
+        rtt_ms: args.rtt_ms,
+        rate_mbit: args.rate_mbit,
+        bavl_lie: args.bavl_lie.clone(),
+        baseline_workers: args.baseline_workers,
+        baseline_chunk_bytes: args.baseline_chunk_bytes,
+        timeout: Duration::from_secs(args.timeout),
+    };
+    let bavl_byz = runner::bavl_has_byzantine(&env.bavl);
+    if !bavl_byz {
+        eprintln!(
+            "synclab: `bavl serve` has no --byzantine yet: bavl's Byzantine runs are skipped"
+        );
+    }
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let exps: Vec<String> = if args.quick { vec!["quick".into()] } else { args.exp.clone() };
+    let all: Vec<Setup> = exps.iter().flat_map(|e| setups(args, e, bavl_byz)).collect();
+    let max_peers = all.iter().map(|s| s.peers).max().unwrap_or(0);
+    if max_peers == 0 {
+        bail!("nothing to run (experiments: s7, size, chunk, peers, byz)");
+    }
+    runner::lab_up(&env, max_peers)?;
+    let reps = if args.quick { 1 } else { args.reps };
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failed = 0;
+    for s in &all {
+        match runner::run_setup(&env, s, reps) {
+            Ok(r) => rows.extend(r),
+            Err(e) => {
+                failed += 1;
+                eprintln!(
+                    "synclab: {} {} peers={} byz={}: {e:#}",
+                    s.exp,
+                    s.method.name(),
+                    s.peers,
+                    s.byzantine
+                );
+            }
+        }
+        std::fs::write(out.join("runs.csv"), csv(&rows))?;
+    }
+    if !args.keep_lab {
+        runner::lab_down(&env);
+    }
+    plots(&out, &rows)?;
+    if args.quick || exps.iter().any(|e| e == "s7") {
+        let summary = s7_summary(args, &rows, &command, bavl_byz);
+        std::fs::write(&json_path, serde_json::to_string_pretty(&summary)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    }
+    let bad = rows.iter().filter(|r| !r.ok).count();
+    eprintln!(
+        "synclab: {} runs, {bad} failed, {failed} configurations not run; {}",
+        rows.len(),
+        out.display()
+    );
+    Ok(if bad == 0 && failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

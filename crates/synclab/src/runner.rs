@@ -1,0 +1,368 @@
+//! The experiment runner: real processes in the `scripts/netlab.sh` namespaces. Per
+//! configuration it starts one server per peer in `blp<i>` (`bavl serve`, optionally
+//! `--byzantine KIND`, or `bavl-synclab serve-baseline`, optionally `--corrupt`), then runs
+//! the syncing node in `blc` under `/usr/bin/time -v` (peak RSS, CPU) and times it from
+//! spawn to exit. Peers reach the client through their toxiproxy (latency) and tbf (rate).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::state::{self, StateInfo};
+
+/// Which sync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    Bavl,
+    Baseline,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Bavl => "bavl",
+            Method::Baseline => "baseline",
+        }
+    }
+}
+
+/// One configuration to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Setup {
+    pub exp: String,
+    pub method: Method,
+    pub keys: u64,
+    pub capacity: u32,
+    pub peers: usize,
+    pub byzantine: usize,
+}
+
+/// One measured run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub exp: String,
+    pub method: Method,
+    pub keys: u64,
+    pub capacity: u32,
+    /// The baseline's chunk size in bytes (bavl: the mean exported chunk size).
+    pub chunk_bytes: u64,
+    pub peers: usize,
+    pub byzantine: usize,
+    pub rtt_ms: u64,
+    pub rate_mbit: f64,
+    pub rep: u32,
+    pub ok: bool,
+    /// Spawn to exit of the syncing process (bavl: download, verify, rebuild, write and
+    /// reopen the store; baseline: every attempt, import, root check and the written file).
+    pub seconds: f64,
+    pub attempts: u32,
+    pub fetched_bytes: u64,
+    /// What this method must download at least (bavl: the chunks; baseline: the stream).
+    pub state_bytes: u64,
+    /// state_bytes / (peers x rate).
+    pub floor_s: f64,
+    pub peak_rss_mb: f64,
+    pub client_cpu_s: f64,
+    /// Cores busy machine-wide during the run (2 = both saturated).
+    pub machine_busy_cores: f64,
+    pub banned: u64,
+    pub note: String,
+}
+
+/// Paths and fixed parameters.
+#[derive(Clone, Debug)]
+pub struct Env {
+    pub bavl: PathBuf,
+    pub synclab: PathBuf,
+    pub netlab: PathBuf,
+    pub work: PathBuf,
+    pub rtt_ms: u64,
+    pub rate_mbit: u64,
+    /// The `bavl serve --byzantine` kind for bavl's Byzantine peers.
+    pub bavl_lie: String,
+    /// Concurrent requests per peer in the baseline client.
+    pub baseline_workers: usize,
+    /// Baseline chunk size; 0 = the same number of pairs per chunk as bavl's capacity.
+    pub baseline_chunk_bytes: u64,
+    pub timeout: Duration,
+}
+
+impl Env {
+    pub fn state_dir(&self, keys: u64, capacity: u32) -> PathBuf {
+        self.work.join("states").join(format!("k{keys}-c{capacity}"))
+    }
+
+    pub fn baseline_chunk(&self, info: &StateInfo) -> u64 {
+        if self.baseline_chunk_bytes > 0 {
+            return self.baseline_chunk_bytes;
+        }
+        // Same pairs per chunk as a full bavl chunk.
+        (info.stream_bytes / info.keys.max(1)).max(1) * u64::from(info.capacity)
+    }
+}
+
+/// Brings the lab up with `peers` peers.
+pub fn lab_up(env: &Env, peers: usize) -> Result<()> {
+    let st = Command::new(&env.netlab)
+        .args(["up", &peers.to_string(), "--rtt", &env.rtt_ms.to_string()])
+        .args(["--rate", &format!("{}mbit", env.rate_mbit)])
+        .status()
+        .context("running netlab.sh")?;
+    if !st.success() {
+        bail!("netlab.sh up failed");
+    }
+    Ok(())
+}
+
+pub fn lab_down(env: &Env) {
+    let _ = Command::new(&env.netlab).arg("down").status();
+}
+
+fn peer_addr(i: usize) -> String {
+    format!("10.77.0.{}:8080", 11 + i)
+}
+
+/// Running servers, killed on drop.
+struct Servers(Vec<Child>);
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+        }
+        for c in &mut self.0 {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Copies the state's store into each peer's own directory (a store is locked by the
+/// process that opens it), unless the copy is already of this state.
+fn peer_dbs(env: &Env, info: &StateInfo, peers: usize) -> Result<Vec<PathBuf>> {
+    let src = env.state_dir(info.keys, info.capacity).join("store");
+    let tag = format!("{}-{}", info.root, info.capacity);
+    let mut out = Vec::new();
+    for i in 0..peers {
+        let dir = env.work.join("peers").join(format!("p{}", i + 1));
+        let db = dir.join("store");
+        let tag_path = dir.join("tag");
+        if std::fs::read_to_string(&tag_path).ok().as_deref() != Some(tag.as_str()) {
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+            std::fs::create_dir_all(&dir)?;
+            let st = Command::new("cp").arg("-r").arg(&src).arg(&db).status()?;
+            if !st.success() {
+                bail!("copying {} to {}", src.display(), db.display());
+            }
+            std::fs::write(&tag_path, &tag)?;
+        }
+        out.push(db);
+    }
+    Ok(out)
+}
+
+/// Starts the servers of one configuration and waits until each listens.
+fn start_servers(env: &Env, s: &Setup, info: &StateInfo) -> Result<Servers> {
+    let dbs = peer_dbs(env, info, s.peers)?;
+    let mut servers = Servers(Vec::new());
+    for (i, db) in dbs.iter().enumerate() {
+        let liar = i < s.byzantine;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &format!("blp{}", i + 1)]);
+        match s.method {
+            Method::Bavl => {
+                cmd.arg(&env.bavl).arg("serve").arg("--db").arg(db);
+                cmd.args(["--listen", "127.0.0.1:9000"]);
+                if liar {
+                    cmd.args(["--byzantine", &env.bavl_lie]);
+                }
+            }
+            Method::Baseline => {
+                cmd.arg(&env.synclab).arg("serve-baseline").arg("--db").arg(db);
+                cmd.args(["--listen", "127.0.0.1:9000"]);
+                cmd.args(["--chunk-bytes", &env.baseline_chunk(info).to_string()]);
+                if liar {
+                    cmd.arg("--corrupt");
+                }
+            }
+        }
+        let log = std::fs::File::create(env.work.join(format!("server{}.log", i + 1)))?;
+        let child = cmd.stdout(Stdio::piped()).stderr(log).spawn().context("starting a server")?;
+        servers.0.push(child);
+    }
+    // Each prints a line starting with "serving" once it listens.
+    for (i, c) in servers.0.iter_mut().enumerate() {
+        let out = c.stdout.take().context("server stdout")?;
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line)?;
+        if !line.starts_with("serving") {
+            bail!(
+                "peer {} did not start (see {})",
+                i + 1,
+                env.work.join(format!("server{}.log", i + 1)).display()
+            );
+        }
+    }
+    Ok(servers)
+}
+
+fn cpu_idle_total() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = s
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+    (idle, f.iter().sum())
+}
+
+fn time_field(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(name).map(|v| v.trim_start_matches(':').trim()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Runs the client of one configuration once.
+fn run_client(env: &Env, s: &Setup, info: &StateInfo, rep: u32) -> Result<Row> {
+    let cdir = env.work.join("client");
+    if cdir.exists() {
+        std::fs::remove_dir_all(&cdir)?;
+    }
+    std::fs::create_dir_all(&cdir)?;
+    let json = cdir.join("summary.json");
+    let tfile = cdir.join("time.txt");
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", "blc", "/usr/bin/time", "-v", "-o"]).arg(&tfile);
+    match s.method {
+        Method::Bavl => {
+            cmd.arg(&env.bavl).arg("sync").arg("--db").arg(cdir.join("db"));
+            cmd.args(["--root", &info.root, "--version", &info.version.to_string(), "--quiet"]);
+            for i in 0..s.peers {
+                cmd.arg("--peer").arg(format!("http://{}", peer_addr(i)));
+            }
+            cmd.arg("--json").arg(&json);
+        }
+        Method::Baseline => {
+            cmd.arg(&env.synclab).arg("fetch-baseline");
+            cmd.args(["--root", &info.baseline_root]);
+            cmd.args(["--workers", &env.baseline_workers.to_string()]);
+            for i in 0..s.peers {
+                cmd.arg("--peer").arg(peer_addr(i));
+            }
+            for i in 0..s.byzantine {
+                cmd.arg("--exposed-liar").arg(i.to_string());
+            }
+            cmd.arg("--out").arg(cdir.join("state.bin")).arg("--json").arg(&json);
+        }
+    }
+    let log = std::fs::File::create(cdir.join("client.log"))?;
+    let (idle0, total0) = cpu_idle_total();
+    let t0 = Instant::now();
+    let mut child = cmd.stdout(Stdio::null()).stderr(log).spawn().context("starting the client")?;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break Some(st);
+        }
+        if t0.elapsed() > env.timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let seconds = t0.elapsed().as_secs_f64();
+    let (idle1, total1) = cpu_idle_total();
+    let busy = 1.0 - (idle1 - idle0) as f64 / (total1 - total0).max(1) as f64;
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let timing = std::fs::read_to_string(&tfile).unwrap_or_default();
+    let summary: serde_json::Value = std::fs::read_to_string(&json)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let ok = status.is_some_and(|s| s.success());
+    let u = |k: &str| summary.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    let (fetched, attempts, banned) = match s.method {
+        Method::Bavl => (u("fetched_bytes"), u32::from(ok), u("banned")),
+        Method::Baseline => (u("fetched_bytes"), u("attempts") as u32, 0),
+    };
+    let state_bytes = match s.method {
+        Method::Bavl => info.bavl_bytes,
+        Method::Baseline => info.stream_bytes,
+    };
+    let chunk_bytes = match s.method {
+        Method::Bavl => info.bavl_bytes / info.chunk_count.max(1),
+        Method::Baseline => env.baseline_chunk(info),
+    };
+    let rate_bits = env.rate_mbit as f64 * 1e6;
+    let mut note = String::new();
+    if status.is_none() {
+        note = format!("killed after {} s", env.timeout.as_secs());
+    } else if !ok {
+        let log = std::fs::read_to_string(cdir.join("client.log")).unwrap_or_default();
+        note = log.lines().rev().take(2).collect::<Vec<_>>().join(" | ");
+    }
+    Ok(Row {
+        exp: s.exp.clone(),
+        method: s.method,
+        keys: info.keys,
+        capacity: info.capacity,
+        chunk_bytes,
+        peers: s.peers,
+        byzantine: s.byzantine,
+        rtt_ms: env.rtt_ms,
+        rate_mbit: env.rate_mbit as f64,
+        rep,
+        ok,
+        seconds,
+        attempts,
+        fetched_bytes: fetched,
+        state_bytes,
+        floor_s: state_bytes as f64 * 8.0 / (s.peers as f64 * rate_bits),
+        peak_rss_mb: time_field(&timing, "Maximum resident set size (kbytes)") / 1024.0,
+        client_cpu_s: time_field(&timing, "User time (seconds)")
+            + time_field(&timing, "System time (seconds)"),
+        machine_busy_cores: busy * ncpu,
+        banned,
+        note,
+    })
+}
+
+/// Runs `reps` repetitions of one configuration (servers started once).
+pub fn run_setup(env: &Env, s: &Setup, reps: u32) -> Result<Vec<Row>> {
+    let info = state::ensure(&env.state_dir(s.keys, s.capacity), s.keys, s.capacity)?;
+    let servers = start_servers(env, s, &info)?;
+    let mut rows = Vec::new();
+    for rep in 0..reps {
+        let row = run_client(env, s, &info, rep)?;
+        eprintln!(
+            "synclab: {} {} keys={} cap={} peers={} byz={} rep={}: {} {:.2} s (floor {:.2} s), {} attempt(s), {:.0} MB, rss {:.0} MB, cpu {:.1} s, busy {:.2} cores {}",
+            row.exp, row.method.name(), row.keys, row.capacity, row.peers, row.byzantine, rep,
+            if row.ok { "ok" } else { "FAILED" }, row.seconds, row.floor_s, row.attempts,
+            row.fetched_bytes as f64 / 1e6, row.peak_rss_mb, row.client_cpu_s,
+            row.machine_busy_cores, row.note
+        );
+        rows.push(row);
+    }
+    drop(servers);
+    Ok(rows)
+}
+
+/// Whether `bavl serve` knows `--byzantine`.
+pub fn bavl_has_byzantine(bavl: &Path) -> bool {
+    Command::new(bavl)
+        .args(["serve", "--help"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("--byzantine"))
+        .unwrap_or(false)
+}
