@@ -75,6 +75,14 @@ enum Cmd {
         /// Where the imported state is written (and fsynced).
         #[arg(long)]
         out: PathBuf,
+        /// `store`: the pairs inserted into a bavl tree written as a store at version 1 and
+        /// reopened (what `bavl sync` ends with); `flat`: the stream written to one file (a
+        /// lower bound on any import).
+        #[arg(long, default_value = "store")]
+        import: String,
+        /// Chunk capacity of the imported store.
+        #[arg(long, default_value_t = 64)]
+        capacity: u32,
         #[arg(long)]
         json: Option<PathBuf>,
     },
@@ -139,8 +147,35 @@ fn main() -> ExitCode {
         Cmd::ServeBaseline { db, listen, chunk_bytes, corrupt } => {
             serve_baseline(&db, &listen, chunk_bytes, corrupt)
         }
-        Cmd::FetchBaseline { peers, root, workers, liars, max_attempts, out, json } => {
-            fetch_baseline(peers, &root, workers, liars, max_attempts, &out, json.as_deref())
+        Cmd::FetchBaseline {
+            peers,
+            root,
+            workers,
+            liars,
+            max_attempts,
+            out,
+            import,
+            capacity,
+            json,
+        } => {
+            let import = match import.as_str() {
+                "store" => Some(capacity),
+                "flat" => None,
+                _ => {
+                    eprintln!("error: --import is store or flat");
+                    return ExitCode::from(2);
+                }
+            };
+            fetch_baseline(
+                peers,
+                &root,
+                workers,
+                liars,
+                max_attempts,
+                &out,
+                import,
+                json.as_deref(),
+            )
         }
         Cmd::Run(args) => run(&args),
     };
@@ -176,6 +211,7 @@ fn fetch_baseline(
     liars: Vec<usize>,
     max_attempts: u32,
     out: &Path,
+    import: Option<u32>,
     json: Option<&Path>,
 ) -> Result<ExitCode> {
     let trusted: baseline::Digest = hex::decode(root)
@@ -195,10 +231,15 @@ fn fetch_baseline(
     let result = baseline::sync(&t, &cfg);
     let (code, summary) = match result {
         Ok(o) => {
-            // The durable import: the decoded state written and synced.
-            let mut f = std::fs::File::create(out)?;
-            f.write_all(&o.stream)?;
-            f.sync_all()?;
+            // The durable import.
+            match import {
+                Some(capacity) => import_store(&o.stream, capacity, out)?,
+                None => {
+                    let mut f = std::fs::File::create(out)?;
+                    f.write_all(&o.stream)?;
+                    f.sync_all()?;
+                }
+            }
             eprintln!(
                 "baseline: {} pairs in {:.2} s, {} attempt(s), {} bytes fetched",
                 o.entries,
@@ -220,6 +261,24 @@ fn fetch_baseline(
         std::fs::write(p, serde_json::to_string_pretty(&summary)?)?;
     }
     Ok(code)
+}
+
+/// The pairs of a verified stream as a bavl store at version 1, reopened once (as `bavl
+/// sync` checks the store it wrote).
+fn import_store(stream: &[u8], capacity: u32, out: &Path) -> Result<()> {
+    let mut tree = bavl_core::Tree::with_capacity(capacity).context("capacity")?;
+    for (k, v) in baseline::decode(stream)? {
+        tree.insert(k, v).context("insert")?;
+    }
+    bavl_store::Store::create_from_tree(out, &mut tree, 1)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    let store = bavl_store::Store::open(out, bavl_store::Options::default())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    if store.root() != tree.root_hash() {
+        bail!("the written store does not open with the imported root");
+    }
+    store.close().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
 }
 
 fn git_commit() -> String {
@@ -333,11 +392,11 @@ fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
 
 fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "exp,method,keys,capacity,chunk_bytes,peers,byzantine,rtt_ms,rate_mbit,rep,ok,seconds,attempts,fetched_bytes,state_bytes,floor_s,peak_rss_mb,client_cpu_s,machine_busy_cores,banned,note\n",
+        "exp,method,keys,capacity,chunk_bytes,peers,byzantine,rtt_ms,rate_mbit,rep,ok,seconds,attempts,fetched_bytes,state_bytes,floor_s,peak_rss_mb,client_cpu_s,machine_busy_cores,servers_cpu_s,proxies_cpu_s,inner_s,banned,note\n",
     );
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{:.1},{:.2},{:.2},{},\"{}\"\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{:.1},{:.2},{:.2},{:.2},{:.2},{:.3},{},\"{}\"\n",
             r.exp,
             r.method.name(),
             r.keys,
@@ -357,6 +416,9 @@ fn csv(rows: &[Row]) -> String {
             r.peak_rss_mb,
             r.client_cpu_s,
             r.machine_busy_cores,
+            r.servers_cpu_s,
+            r.proxies_cpu_s,
+            r.inner_s,
             r.banned,
             r.note.replace('"', "'")
         ));

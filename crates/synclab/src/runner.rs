@@ -70,6 +70,12 @@ pub struct Row {
     pub client_cpu_s: f64,
     /// Cores busy machine-wide during the run (2 = both saturated).
     pub machine_busy_cores: f64,
+    /// CPU seconds of the serving processes and of the toxiproxies during the run.
+    pub servers_cpu_s: f64,
+    pub proxies_cpu_s: f64,
+    /// The client's own timer: bavl: download, verify and rebuild (before the store is
+    /// written); baseline: every attempt up to the matching root (before the import).
+    pub inner_s: f64,
     pub banned: u64,
     pub note: String,
 }
@@ -226,6 +232,26 @@ fn cpu_idle_total() -> (u64, u64) {
     (idle, f.iter().sum())
 }
 
+/// utime + stime of a process, in seconds (0 if it is gone).
+fn proc_cpu(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line: 11 and 12 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn proxy_pids(env: &Env, peers: usize) -> Vec<u32> {
+    let state = env.work.parent().map(|t| t.join("netlab"));
+    let Some(state) = state else { return Vec::new() };
+    (1..=peers)
+        .filter_map(|i| std::fs::read_to_string(state.join(format!("toxiproxy{i}.pid"))).ok())
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
 fn time_field(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.trim().strip_prefix(name).map(|v| v.trim_start_matches(':').trim()))
@@ -234,7 +260,13 @@ fn time_field(text: &str, name: &str) -> f64 {
 }
 
 /// Runs the client of one configuration once.
-fn run_client(env: &Env, s: &Setup, info: &StateInfo, rep: u32) -> Result<Row> {
+fn run_client(
+    env: &Env,
+    s: &Setup,
+    info: &StateInfo,
+    rep: u32,
+    server_pids: &[u32],
+) -> Result<Row> {
     let cdir = env.work.join("client");
     if cdir.exists() {
         std::fs::remove_dir_all(&cdir)?;
@@ -263,10 +295,14 @@ fn run_client(env: &Env, s: &Setup, info: &StateInfo, rep: u32) -> Result<Row> {
             for i in 0..s.byzantine {
                 cmd.arg("--exposed-liar").arg(i.to_string());
             }
-            cmd.arg("--out").arg(cdir.join("state.bin")).arg("--json").arg(&json);
+            cmd.arg("--out").arg(cdir.join("db")).arg("--json").arg(&json);
+            cmd.args(["--capacity", &info.capacity.to_string()]);
         }
     }
     let log = std::fs::File::create(cdir.join("client.log"))?;
+    let proxies = proxy_pids(env, s.peers);
+    let cpu_of = |pids: &[u32]| pids.iter().map(|&p| proc_cpu(p)).sum::<f64>();
+    let (srv0, prx0) = (cpu_of(server_pids), cpu_of(&proxies));
     let (idle0, total0) = cpu_idle_total();
     let t0 = Instant::now();
     let mut child = cmd.stdout(Stdio::null()).stderr(log).spawn().context("starting the client")?;
@@ -283,6 +319,7 @@ fn run_client(env: &Env, s: &Setup, info: &StateInfo, rep: u32) -> Result<Row> {
     };
     let seconds = t0.elapsed().as_secs_f64();
     let (idle1, total1) = cpu_idle_total();
+    let (srv1, prx1) = (cpu_of(server_pids), cpu_of(&proxies));
     let busy = 1.0 - (idle1 - idle0) as f64 / (total1 - total0).max(1) as f64;
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let timing = std::fs::read_to_string(&tfile).unwrap_or_default();
@@ -333,6 +370,9 @@ fn run_client(env: &Env, s: &Setup, info: &StateInfo, rep: u32) -> Result<Row> {
         client_cpu_s: time_field(&timing, "User time (seconds)")
             + time_field(&timing, "System time (seconds)"),
         machine_busy_cores: busy * ncpu,
+        servers_cpu_s: srv1 - srv0,
+        proxies_cpu_s: prx1 - prx0,
+        inner_s: summary.get("seconds").and_then(|v| v.as_f64()).unwrap_or(0.0),
         banned,
         note,
     })
@@ -342,14 +382,15 @@ fn run_client(env: &Env, s: &Setup, info: &StateInfo, rep: u32) -> Result<Row> {
 pub fn run_setup(env: &Env, s: &Setup, reps: u32) -> Result<Vec<Row>> {
     let info = state::ensure(&env.state_dir(s.keys, s.capacity), s.keys, s.capacity)?;
     let servers = start_servers(env, s, &info)?;
+    let pids: Vec<u32> = servers.0.iter().map(Child::id).collect();
     let mut rows = Vec::new();
     for rep in 0..reps {
-        let row = run_client(env, s, &info, rep)?;
+        let row = run_client(env, s, &info, rep, &pids)?;
         eprintln!(
-            "synclab: {} {} keys={} cap={} peers={} byz={} rep={}: {} {:.2} s (floor {:.2} s), {} attempt(s), {:.0} MB, rss {:.0} MB, cpu {:.1} s, busy {:.2} cores {}",
+            "synclab: {} {} keys={} cap={} peers={} byz={} rep={}: {} {:.2} s (floor {:.2} s), {} attempt(s), {:.0} MB, rss {:.0} MB, cpu client {:.1} s servers {:.1} s proxies {:.1} s, busy {:.2} cores {}",
             row.exp, row.method.name(), row.keys, row.capacity, row.peers, row.byzantine, rep,
             if row.ok { "ok" } else { "FAILED" }, row.seconds, row.floor_s, row.attempts,
-            row.fetched_bytes as f64 / 1e6, row.peak_rss_mb, row.client_cpu_s,
+            row.fetched_bytes as f64 / 1e6, row.peak_rss_mb, row.client_cpu_s, row.servers_cpu_s, row.proxies_cpu_s,
             row.machine_busy_cores, row.note
         );
         rows.push(row);
@@ -358,11 +399,15 @@ pub fn run_setup(env: &Env, s: &Setup, reps: u32) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Whether `bavl serve` knows `--byzantine`.
+/// Whether `bavl serve` knows `--byzantine` (a hidden option: asked with a store that does
+/// not exist, it complains about the store, not the option).
 pub fn bavl_has_byzantine(bavl: &Path) -> bool {
     Command::new(bavl)
-        .args(["serve", "--help"])
+        .args(["serve", "--byzantine", "wrong-bytes", "--db", "/nonexistent/bavl-synclab-probe"])
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("--byzantine"))
+        .map(|o| {
+            let err = String::from_utf8_lossy(&o.stderr);
+            !err.contains("unexpected argument") && !err.contains("invalid value")
+        })
         .unwrap_or(false)
 }
