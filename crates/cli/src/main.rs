@@ -1,7 +1,8 @@
 //! `bavl`: the command-line tool of the bavl state store.
 //!
-//! - `bavl demo` builds a state, serves it from in-process peers (some of them lying) and
-//!   syncs it back knowing only the root hash, verifying every chunk on arrival;
+//! - `bavl demo` builds a state, serves it from `bavl serve` peer processes on loopback
+//!   (some of them lying) and syncs it over HTTP knowing only the root hash, verifying
+//!   every chunk on arrival;
 //! - `bavl vectors` writes (or `--check`s) the known-answer vectors `docs/vectors/core.json`
 //!   that let a verifier in another language check itself;
 //! - `bavl verify` checks one proof or chunk against a root, for scripts;
@@ -41,13 +42,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build a state, then sync it from in-process peers, some of which lie.
+    /// Build a state, serve it from peer processes on loopback (some lying), sync it over
+    /// HTTP.
     ///
-    /// The syncing side knows only the source's root hash. It learns the chunk count from
-    /// the first verified chunk, requests the other chunks in shuffled order round-robin
-    /// from the peers, verifies each on arrival (on --threads workers), bans a peer at its
-    /// first bad chunk and refetches that chunk elsewhere, adds chunks to the restore in
-    /// arrival order, rebuilds the tree and compares its root with the source's.
+    /// Exports the state (and a later version of it) as a `bavl export` directory, starts
+    /// --peers `bavl serve --dir` processes of this binary on 127.0.0.1, --liars of them
+    /// with `--byzantine KIND` (--lies), and syncs a fresh node from all of them with the
+    /// `bavl sync` client, knowing only the root hash and version: adaptive per-peer
+    /// windows, every chunk verified on arrival (on --threads workers), a peer banned at
+    /// its first invalid answer and its chunks fetched elsewhere, the tree rebuilt and its
+    /// root compared with the source's. The peers are stopped on every way out.
     /// Exits non-zero if the sync fails or the roots differ.
     #[command(after_help = DEMO_EXAMPLES)]
     Demo(demo::DemoArgs),
@@ -115,8 +119,9 @@ enum Command {
 }
 
 const DEMO_EXAMPLES: &str = "Examples:
-  bavl demo                                   1M keys, 8 peers of which 3 lie
+  bavl demo                                   1M keys, 10 peers of which 4 lie
   bavl demo --keys 20000 --capacity 16 --json report.json
+  bavl demo --peers 13 --liars 12 --lies wrong-bytes,endless,garbage,redirect-loop,lying-manifest
   bavl demo --peers 4 --liars 4               every peer lies: the sync fails (exit 1)";
 
 const VECTORS_EXAMPLES: &str = "Examples:

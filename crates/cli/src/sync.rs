@@ -315,7 +315,7 @@ fn write_store(db: &Path, tree: &mut bavl_core::Tree, version: u64) -> Result<()
     Ok(())
 }
 
-fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     if quiet {
         return indicatif::ProgressBar::hidden();
     }
@@ -328,7 +328,12 @@ fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     bar
 }
 
-fn update_bar(bar: &indicatif::ProgressBar, s: &Syncer, fetched: u64, ev: &[SourceEvent]) {
+pub(crate) fn update_bar(
+    bar: &indicatif::ProgressBar,
+    s: &Syncer,
+    fetched: u64,
+    ev: &[SourceEvent],
+) {
     let st = s.status();
     if let Some(total) = st.total {
         bar.set_length(total);

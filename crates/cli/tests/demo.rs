@@ -1,7 +1,9 @@
-//! `bavl demo` end to end: a small state synced from lying peers rebuilds the source root,
-//! every liar is banned and no honest peer is; with only liars the sync fails non-zero.
+//! `bavl demo` end to end, with real peer processes on loopback: a small state synced over
+//! HTTP from lying `bavl serve --byzantine` peers rebuilds the source root, every liar is
+//! banned and no honest peer is; with only liars the sync fails non-zero. Either way no
+//! peer process outlives the demo.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -15,18 +17,26 @@ fn demo(name: &str, args: &[&str]) -> (Output, Value) {
         .arg(&json)
         .output()
         .expect("run bavl demo");
-    let report = read_report(&json);
+    let text = std::fs::read_to_string(&json).expect("the demo writes its --json report");
     let _ = std::fs::remove_file(&json);
-    (out, report)
+    (out, serde_json::from_str(&text).expect("the report is JSON"))
 }
 
-fn read_report(path: &PathBuf) -> Value {
-    let text = std::fs::read_to_string(path).expect("the demo writes its --json report");
-    serde_json::from_str(&text).expect("the report is JSON")
+/// Every peer process the report names is gone (checked where `/proc` exists).
+fn assert_peers_gone(r: &Value) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    for p in r["peers"].as_array().expect("peers") {
+        let pid = p["pid"].as_u64().expect("a pid");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let serving = String::from_utf8_lossy(&cmdline).contains("serve");
+        assert!(!serving, "peer process {pid} outlived the demo");
+    }
 }
 
 #[test]
-fn demo_syncs_and_bans_every_liar() {
+fn demo_syncs_over_http_from_peer_processes_and_bans_every_liar() {
     let (out, r) = demo("ok", &["--keys", "20000", "--capacity", "16"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -41,33 +51,56 @@ fn demo_syncs_and_bans_every_liar() {
     assert_eq!(r["source_root"].as_str().map(str::len), Some(64));
     assert_eq!(r["keys"], 20000);
     assert_eq!(r["capacity"], 16);
-    assert_eq!(r["accepted"], r["chunks"]);
-    assert!(r["out_of_order"].as_u64().unwrap() > 0, "arrival order was sorted");
-    assert_eq!(r["liars_banned"], true);
+    assert_eq!(r["fetched"], r["chunks"]);
+    assert_eq!(r["liars_caught"], true);
     let peers = r["peers"].as_array().expect("peers");
     assert_eq!(peers.len(), 10);
-    let liars: Vec<&Value> = peers.iter().filter(|p| p["behaviour"] != "honest").collect();
-    assert_eq!(liars.len(), 4);
+    let kinds: Vec<&str> = peers.iter().filter_map(|p| p["behaviour"].as_str()).collect();
+    for lie in ["wrong-bytes", "wrong-index", "other-version", "truncate"] {
+        assert_eq!(kinds.iter().filter(|&&k| k == lie).count(), 1, "{kinds:?}");
+    }
+    let mut served = 0;
     for p in peers {
-        let liar = p["behaviour"] != "honest";
-        assert_eq!(p["banned"], liar, "peer {p}");
-        if liar {
-            assert_eq!(p["served"], 0, "a liar's chunk was accepted: {p}");
-            assert!(p["rejected"].as_u64().unwrap() >= 1, "{p}");
-            assert!(p["first_error"].is_string(), "{p}");
+        assert!(p["url"].as_str().unwrap().starts_with("http://127.0.0.1:"), "{p}");
+        if p["behaviour"] == "honest" {
+            assert_eq!(p["health"], "live", "{p}");
+            served += p["chunks"].as_u64().unwrap();
         } else {
-            assert_eq!(p["rejected"], 0, "{p}");
+            assert_eq!(p["health"], "banned", "{p}");
+            assert_eq!(p["chunks"], 0, "a lie was accepted: {p}");
+            assert!(p["requests"].as_u64().unwrap() >= 2, "asked its manifest and a chunk: {p}");
+            assert!(p["reason"].is_string(), "{p}");
         }
     }
+    assert_eq!(served, r["chunks"].as_u64().unwrap(), "every chunk from an honest peer");
     assert_eq!(r["banned"].as_array().map(Vec::len), Some(4));
+    assert_peers_gone(&r);
+}
+
+#[test]
+fn demo_with_every_kind_of_lie_still_syncs() {
+    let lies = "wrong-bytes,wrong-index,other-version,truncate,overlong,endless,stall,trickle,\
+                http-error,garbage,redirect-loop,lying-manifest,wrong-version";
+    let args = ["--keys", "5000", "--capacity", "16", "--peers", "14", "--liars", "13"];
+    let (out, r) = demo("kinds", &[&args[..], &["--lies", lies, "--grace", "1"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!((&r["ok"], &r["liars_caught"]), (&true.into(), &true.into()), "{r}");
+    let honest: Vec<&Value> =
+        r["peers"].as_array().unwrap().iter().filter(|p| p["behaviour"] == "honest").collect();
+    assert_eq!(honest.len(), 1);
+    assert_eq!(honest[0]["health"], "live");
+    assert_peers_gone(&r);
 }
 
 #[test]
 fn demo_with_only_liars_fails() {
     let (out, r) =
         demo("liars", &["--keys", "2000", "--capacity", "16", "--peers", "4", "--liars", "4"]);
-    assert!(!out.status.success(), "a sync from liars alone must fail");
+    assert_eq!(out.status.code(), Some(1), "a sync from liars alone must fail");
     assert_eq!(r["ok"], false);
-    assert!(r["error"].is_string());
-    assert_eq!(r["liars_banned"], true);
+    assert!(r["error"].as_str().unwrap().contains("no usable source"), "{r}");
+    assert_eq!(r["rebuilt_root"], Value::Null);
+    assert_eq!(r["liars_caught"], true);
+    assert_eq!(r["banned"].as_array().map(Vec::len), Some(4));
+    assert_peers_gone(&r);
 }

@@ -1,29 +1,38 @@
-//! `bavl demo`: build a state, serve it from untrusted in-process peers, sync it back.
+//! `bavl demo`: state sync for real, on loopback (issue 4 §6).
 //!
-//! The source builds a tree of random keys, takes a snapshot and hands it to the peers;
-//! a few liars also get a later version. The syncing side is given the root hash and
-//! nothing else (see [`sync`]). The report shows what each liar's lies were rejected with
-//! and whether the rebuilt root equals the source root.
+//! Builds a state of pseudo-random keys and values and a later version of it, exports both
+//! as a `bavl export` directory, starts `--peers` `bavl serve --dir` processes of this
+//! same binary on loopback ports — `--liars` of them with `--byzantine KIND` — and syncs a
+//! fresh node from all of them over HTTP with the real client
+//! ([`bavl_sync::http::download`]: per-source adaptive windows, verification on worker
+//! threads, bans and refetches), knowing only the root hash and the version. The report
+//! shows what each peer served and how it ended, the totals, and whether the rebuilt root
+//! is the source's.
 
-mod peer;
+mod peers;
 mod report;
-mod sync;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use bavl_core::{Snapshot, Tree};
+use bavl_sync::http::{self, BaseUrl, Byzantine, SourceEvent, SyncConfig};
+use bavl_sync::{Options, SourceReport, Status, Syncer};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use peer::Behaviour;
-use report::{ms, Report, Timings};
+use crate::text::ms;
+use peers::Peers;
+use report::{PeerReport, Report, Timings};
 
 const KEY_LEN: usize = 20;
 const VALUE_LEN: usize = 100;
+/// The version synced, and the later one the liars also hold.
+const VERSION: u64 = 1;
+const LATER: u64 = 2;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -34,20 +43,36 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = bavl_core::DEFAULT_CAPACITY,
           value_parser = clap::value_parser!(u32).range(4..=65_536))]
     capacity: u32,
-    /// Seed for the keys and values, the liars' places and the request order.
+    /// Seed for the keys and values and the liars' places.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Peers serving the state (at least 1).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Peer processes serving the state (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=200))]
     peers: u16,
-    /// How many of the peers lie (at most --peers). Liars take, in turn: wrong bytes (one
-    /// byte flipped), wrong index (chunk i+1 for i), other version (the chunk of a later
-    /// snapshot) and truncated bytes.
+    /// How many of the peers lie (at most --peers).
     #[arg(long, default_value_t = 4)]
     liars: u16,
-    /// Worker threads that fetch and verify chunks.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
-    threads: u16,
+    /// The lies the liars tell, in turn (comma-separated kinds of `bavl serve
+    /// --byzantine`): wrong-bytes, wrong-index, other-version, truncate, overlong, endless,
+    /// stall, trickle, http-error, garbage, redirect-loop, lying-manifest, wrong-version.
+    #[arg(
+        long,
+        value_name = "KINDS",
+        value_delimiter = ',',
+        default_value = "wrong-bytes,wrong-index,other-version,truncate"
+    )]
+    lies: Vec<Byzantine>,
+    /// Verification worker threads of the syncing node (default: the CPUs).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: Option<u16>,
+    /// Grace period before a slow body counts as stalled, in seconds (a `stall` or
+    /// `trickle` liar holds its chunks that long).
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    grace: f64,
+    /// Export the state into DIR and keep it (default: a temporary directory, removed at
+    /// the end).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
     /// Also write the report as JSON to PATH.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
@@ -56,23 +81,32 @@ pub struct DemoArgs {
 /// Runs the demo; the exit code is non-zero if the sync failed or the roots differ.
 pub fn run(args: &DemoArgs) -> Result<ExitCode> {
     ensure!(args.liars <= args.peers, "--liars ({}) exceeds --peers ({})", args.liars, args.peers);
+    ensure!(args.liars == 0 || !args.lies.is_empty(), "--lies names no kind");
+    let grace = Duration::try_from_secs_f64(args.grace)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .context("--grace must be a positive number of seconds")?;
     let start = Instant::now();
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let (snap, other, mut report) = source(args, &mut rng)?;
-    let peers = peer::make_peers(&snap, &other, args.peers.into(), args.liars.into(), &mut rng)?;
-    let behaviours: Vec<Behaviour> = peers.iter().map(|p| p.behaviour()).collect();
-    let bar = progress(0, "sync  ", "chunks");
-    let outcome = sync::sync(snap.root_hash(), &peers, args.threads.into(), rng, bar);
-    report.add_sync(&outcome, &behaviours);
-    match outcome.result {
-        Ok(mut rebuilt) => {
-            let root = rebuilt.root_hash();
-            report.rebuilt_root = Some(hex::encode(root));
-            report.roots_equal = root == snap.root_hash();
-            report.ok = report.roots_equal && rebuilt.len() == snap.len();
-        }
-        Err(e) => report.error = Some(format!("{e:#}")),
-    }
+    let work = WorkDir::new(args.dir.as_deref())?;
+    let (root, mut report) = source(args, &mut rng, &work.path)?;
+    let kinds = peers::assign(args.peers.into(), args.liars.into(), &args.lies, &mut rng);
+
+    let t = Instant::now();
+    let peers = Peers::start(&work.path, &kinds)?;
+    report.timings.peers_ms = ms(t.elapsed());
+    let threads = args.threads.map_or_else(
+        || std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),
+        usize::from,
+    );
+    report.threads = threads;
+    let t = Instant::now();
+    let outcome = sync(root, &peers, threads, grace);
+    report.timings.sync_ms = ms(t.elapsed());
+    let started: Vec<(Option<Byzantine>, u32)> =
+        peers.peers.iter().map(|p| (p.kind, p.pid)).collect();
+    drop(peers); // every child killed and reaped before the report
+    report.add_sync(outcome, &started);
     report.timings.total_ms = ms(start.elapsed());
     print!("{}", report.render());
     if let Some(path) = &args.json {
@@ -82,9 +116,77 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
     Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// The source side: builds the state, snapshots it, makes a later version for the
-/// "other version" liars and exports every chunk once; the report starts here.
-fn source(args: &DemoArgs, rng: &mut ChaCha8Rng) -> Result<(Snapshot, Snapshot, Report)> {
+/// What the sync came to: the rebuilt tree (or why not) and the last state of each source.
+pub struct SyncOutcome {
+    pub result: Result<Downloaded, String>,
+    pub urls: Vec<String>,
+    pub sources: Vec<SourceReport>,
+    pub status: Status,
+    pub events: Vec<SourceEvent>,
+    pub fetched_bytes: u64,
+}
+
+pub struct Downloaded {
+    pub tree: Tree,
+    pub fetched: u64,
+    pub seconds: f64,
+}
+
+/// Syncs `(root, VERSION)` from every peer with the real HTTP client.
+fn sync(root: bavl_core::Digest, peers: &Peers, threads: usize, grace: Duration) -> SyncOutcome {
+    let urls: Vec<String> = peers.peers.iter().map(|p| p.url.clone()).collect();
+    let mut out = SyncOutcome {
+        result: Err(String::new()),
+        urls: urls.clone(),
+        sources: Vec::new(),
+        status: Status::default(),
+        events: Vec::new(),
+        fetched_bytes: 0,
+    };
+    let sources = match urls.iter().map(|u| BaseUrl::parse(u)).collect::<Result<Vec<_>, _>>() {
+        Ok(s) => s,
+        Err(e) => {
+            out.result = Err(e.to_string());
+            return out;
+        }
+    };
+    let cfg = SyncConfig {
+        sources,
+        options: Options { grace, ..Options::default() },
+        verify_threads: threads,
+        resume: None,
+        connect_timeout: Duration::from_secs(5),
+    };
+    let bar = crate::sync::progress_bar(false);
+    let mut on_progress = |s: &Syncer, fetched: u64, ev: &[SourceEvent]| {
+        crate::sync::update_bar(&bar, s, fetched, ev);
+        out.sources = s.sources();
+        out.status = s.status();
+        out.events = ev.to_vec();
+        out.fetched_bytes = fetched;
+    };
+    let result = http::download(root, VERSION, &cfg, &mut on_progress);
+    bar.finish_and_clear();
+    out.result = match result {
+        Ok(d) => {
+            out.sources = d.sources;
+            out.status = d.status;
+            out.events = d.events;
+            out.fetched_bytes = d.fetched_bytes;
+            Ok(Downloaded { tree: d.tree, fetched: d.fetched, seconds: d.elapsed.as_secs_f64() })
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    out
+}
+
+/// Builds the state and its later version, exports both to `dir`; the root to sync and
+/// the report's first part. The trees are dropped before the peers start.
+fn source(
+    args: &DemoArgs,
+    rng: &mut ChaCha8Rng,
+    dir: &Path,
+) -> Result<(bavl_core::Digest, Report)> {
     let (mut tree, insert) = build(args, rng)?;
     let t = Instant::now();
     let snap = tree.snapshot();
@@ -93,9 +195,15 @@ fn source(args: &DemoArgs, rng: &mut ChaCha8Rng) -> Result<(Snapshot, Snapshot, 
         snap.chunk_count() >= 2,
         "the demo needs at least two chunks: raise --keys or lower --capacity"
     );
-    let other = other_version(&mut tree, &snap)?;
+    let (later, changed) = later_version(&mut tree, &snap)?;
     drop(tree);
-    let (export, total_chunk_bytes) = export_all(&snap);
+    let t = Instant::now();
+    let bar = progress(snap.chunk_count() + later.chunk_count(), "export", "chunks");
+    let exported = http::export(&snap, VERSION, dir, &mut |_| bar.inc(1))
+        .with_context(|| format!("exporting to {}", dir.display()))?;
+    http::export(&later, LATER, dir, &mut |_| bar.inc(1))
+        .with_context(|| format!("exporting to {}", dir.display()))?;
+    bar.finish_and_clear();
     let report = Report {
         keys: snap.len(),
         key_len: KEY_LEN,
@@ -103,18 +211,19 @@ fn source(args: &DemoArgs, rng: &mut ChaCha8Rng) -> Result<(Snapshot, Snapshot, 
         seed: args.seed,
         capacity: snap.capacity(),
         chunks: snap.chunk_count(),
-        total_chunk_bytes,
-        threads: args.threads.into(),
+        total_chunk_bytes: exported.manifest.chunk_sizes.iter().sum(),
+        later_changed: changed,
+        version: VERSION,
         timings: Timings {
             insert_ms: ms(insert),
             hash_ms: ms(hash),
-            export_ms: ms(export),
+            export_ms: ms(t.elapsed()),
             ..Timings::default()
         },
         source_root: hex::encode(snap.root_hash()),
         ..Report::default()
     };
-    Ok((snap, other, report))
+    Ok((snap.root_hash(), report))
 }
 
 fn progress(len: u64, prefix: &'static str, unit: &str) -> ProgressBar {
@@ -145,24 +254,94 @@ fn build(args: &DemoArgs, rng: &mut ChaCha8Rng) -> Result<(Tree, Duration)> {
     Ok((tree, elapsed))
 }
 
-/// A later version of the state: some values changed, so every chunk of it verifies
-/// against another root than `snap`'s.
-fn other_version(tree: &mut Tree, snap: &Snapshot) -> Result<Snapshot> {
+/// A later version of the state: 16 values changed, spread over the keys, so every chunk
+/// of it verifies against another root than `snap`'s. Returns it and how many changed.
+fn later_version(tree: &mut Tree, snap: &Snapshot) -> Result<(Snapshot, u64)> {
     let step = (snap.len() / 16).max(1) as usize;
     let keys: Vec<Vec<u8>> = snap.iter().step_by(step).map(|(k, _)| k.to_vec()).collect();
-    for key in keys {
-        tree.insert(&key, b"changed in a later version")?;
+    for key in &keys {
+        tree.insert(key, b"changed in a later version")?;
     }
-    let other = tree.snapshot();
-    ensure!(other.root_hash() != snap.root_hash(), "the later version has the same root");
-    ensure!(other.chunk_count() == snap.chunk_count(), "the later version has another chunk count");
-    Ok(other)
+    let later = tree.snapshot();
+    ensure!(later.root_hash() != snap.root_hash(), "the later version has the same root");
+    Ok((later, keys.len() as u64))
 }
 
-/// Exports every chunk once; returns the time and the total size.
-fn export_all(snap: &Snapshot) -> (Duration, u64) {
-    let start = Instant::now();
-    let total =
-        (0..snap.chunk_count()).filter_map(|i| snap.export_chunk(i)).map(|c| c.len() as u64).sum();
-    (start.elapsed(), total)
+/// Where the state is exported: `--dir` (kept), or a temporary directory removed on drop.
+struct WorkDir {
+    path: PathBuf,
+    remove: bool,
+}
+
+impl WorkDir {
+    fn new(dir: Option<&Path>) -> Result<WorkDir> {
+        let (path, remove) = match dir {
+            Some(d) => (d.to_path_buf(), false),
+            None => {
+                remove_stale(&std::env::temp_dir());
+                let name = format!("{TEMP_PREFIX}{}", std::process::id());
+                (std::env::temp_dir().join(name), true)
+            }
+        };
+        if remove && path.exists() {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("removing the stale {}", path.display()))?;
+        }
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(WorkDir { path, remove })
+    }
+}
+
+const TEMP_PREFIX: &str = "bavl-demo-";
+
+/// Removes the temporary directories of demos that were killed (their process is gone),
+/// where `/proc` tells which processes live.
+fn remove_stale(tmp: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(tmp) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else { continue };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The report's view of one peer.
+fn peer_report(
+    i: usize,
+    kind: Option<Byzantine>,
+    url: &str,
+    pid: u32,
+    r: Option<&SourceReport>,
+) -> PeerReport {
+    let (health, reason) = match r.map(|r| &r.health) {
+        Some(bavl_sync::Health::Live) | None => ("live", None),
+        Some(bavl_sync::Health::Banned(why)) => ("banned", Some(why.to_string())),
+        Some(bavl_sync::Health::Dropped(why)) => ("dropped", Some(why.to_string())),
+    };
+    let stats = r.map(|r| r.stats.clone()).unwrap_or_default();
+    PeerReport {
+        peer: i,
+        url: url.to_string(),
+        pid,
+        behaviour: kind.map_or("honest", Byzantine::name).to_string(),
+        health: health.to_string(),
+        reason,
+        chunks: stats.chunks,
+        bytes: stats.bytes,
+        requests: stats.requests,
+        transient_failures: stats.transient_failures,
+    }
 }

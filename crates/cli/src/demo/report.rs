@@ -1,13 +1,11 @@
-//! The demo's report: what was built, how the sync went, per-peer verdicts, and whether the
-//! rebuilt root equals the source root. Printed for people, written as JSON for scripts.
+//! The demo's report: the state, each peer's part and fate, the totals and the root
+//! check. Printed for people, written as JSON for scripts.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
+use bavl_sync::http::{Byzantine, SourceEvent};
 use serde::Serialize;
 
-use super::peer::Behaviour;
-use super::sync::SyncOutcome;
+use super::SyncOutcome;
+use crate::text::group;
 
 /// Time spent in each phase, in milliseconds.
 #[derive(Serialize, Default)]
@@ -16,36 +14,39 @@ pub struct Timings {
     pub insert_ms: f64,
     /// `snapshot()`: hashing the whole tree.
     pub hash_ms: f64,
-    /// Exporting every chunk once, on one thread.
+    /// Writing both versions as a `bavl export` directory.
     pub export_ms: f64,
-    /// Fetching and verifying every chunk (wall time, all threads).
+    /// Starting the peer processes until each listens.
+    pub peers_ms: f64,
+    /// The sync over HTTP: manifests, chunks, verification, rebuild and root check.
     pub sync_ms: f64,
-    /// Of which, summed over worker threads: fetching (exports by the peers)...
-    pub fetch_cpu_ms: f64,
-    /// ...and `verify_chunk`.
-    pub verify_cpu_ms: f64,
-    /// `Restore::finish`: linking the chunks and checking the root.
-    pub rebuild_ms: f64,
     /// The whole demo.
     pub total_ms: f64,
 }
 
-/// What the syncing side observed of one peer, and what the peer really was.
+/// One peer: what it really was, what the syncing node made of it.
 #[derive(Serialize)]
 pub struct PeerReport {
     pub peer: usize,
-    pub behaviour: Behaviour,
-    pub served: u64,
-    pub rejected: u64,
-    pub banned: bool,
-    pub first_error: Option<String>,
-    pub errors: BTreeMap<String, u64>,
+    pub url: String,
+    pub pid: u32,
+    /// `honest` or the `--byzantine` kind (known to the report, never to the syncing node).
+    pub behaviour: String,
+    /// `live`, `banned` or `dropped`, as the syncing node judged it.
+    pub health: String,
+    pub reason: Option<String>,
+    /// Chunks it sent that verified and were kept.
+    pub chunks: u64,
+    /// Bytes of its complete responses (manifests, chunks, lies).
+    pub bytes: u64,
+    pub requests: u64,
+    pub transient_failures: u64,
 }
 
 /// The whole report.
 #[derive(Serialize, Default)]
 pub struct Report {
-    /// The sync succeeded and the rebuilt root equals the source root.
+    /// The sync succeeded and the rebuilt tree has the source's root and key count.
     pub ok: bool,
     pub error: Option<String>,
     pub keys: u64,
@@ -55,51 +56,73 @@ pub struct Report {
     pub capacity: u32,
     pub chunks: u64,
     pub total_chunk_bytes: u64,
+    /// Values changed in the later version the liars also hold.
+    pub later_changed: u64,
+    /// The version synced.
+    pub version: u64,
+    /// Verification threads of the syncing node.
     pub threads: usize,
     pub timings: Timings,
-    pub accepted: u64,
-    pub refetched: u64,
-    /// Accepted chunks whose index is below that of the chunk accepted just before.
-    pub out_of_order: u64,
-    pub first_arrivals: Vec<u64>,
+    /// Chunks fetched and verified, and their bytes (lies included).
+    pub fetched: u64,
+    pub fetched_bytes: u64,
+    pub mb_per_s: f64,
+    /// Chunks fetched again after a failed answer, speculative copies sent.
+    pub refetches: u64,
+    pub speculative: u64,
+    /// Most bytes held for unverified responses at once.
+    pub peak_buffered_bytes: u64,
     pub peers: Vec<PeerReport>,
+    /// Peers banned, by number.
     pub banned: Vec<usize>,
-    /// Every liar was banned and no honest peer was.
-    pub liars_banned: bool,
+    /// Peers dropped (unavailable or unreliable, not liars), by number.
+    pub dropped: Vec<usize>,
+    /// Every liar is banned (a 5xx one dropped), or was never needed (a staller the sync
+    /// did not wait for), and no chunk of a lie was kept; no honest peer was banned or
+    /// dropped.
+    pub liars_caught: bool,
     pub source_root: String,
     pub rebuilt_root: Option<String>,
     pub roots_equal: bool,
 }
 
-pub fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
 impl Report {
     /// Fills in the sync's part of the report.
-    pub fn add_sync(&mut self, s: &SyncOutcome, behaviours: &[Behaviour]) {
-        self.timings.sync_ms = ms(s.wall);
-        self.timings.fetch_cpu_ms = ms(s.fetch_cpu);
-        self.timings.verify_cpu_ms = ms(s.verify_cpu);
-        self.timings.rebuild_ms = ms(s.rebuild);
-        self.accepted = s.arrivals.len() as u64;
-        self.refetched = s.refetched;
-        self.out_of_order = s.arrivals.windows(2).filter(|w| w[1] < w[0]).count() as u64;
-        self.first_arrivals = s.arrivals.iter().take(8).copied().collect();
-        for (peer, (p, &behaviour)) in s.peers.iter().zip(behaviours).enumerate() {
-            self.peers.push(PeerReport {
-                peer,
-                behaviour,
-                served: p.served,
-                rejected: p.rejected,
-                banned: p.banned,
-                first_error: p.first_error.clone(),
-                errors: p.errors.clone(),
-            });
+    pub fn add_sync(&mut self, s: SyncOutcome, peers: &[(Option<Byzantine>, u32)]) {
+        for (i, (&(kind, pid), url)) in peers.iter().zip(&s.urls).enumerate() {
+            self.peers.push(super::peer_report(i, kind, url, pid, s.sources.get(i)));
         }
-        self.banned = self.peers.iter().filter(|p| p.banned).map(|p| p.peer).collect();
-        self.liars_banned =
-            self.peers.iter().all(|p| p.banned == (p.behaviour != Behaviour::Honest));
+        for e in &s.events {
+            match e {
+                SourceEvent::Banned { source, .. } => self.banned.push(source.0 as usize),
+                SourceEvent::Dropped { source, .. } => self.dropped.push(source.0 as usize),
+            }
+        }
+        self.liars_caught = self.peers.iter().zip(peers).all(|(p, (kind, _))| match kind {
+            None => p.health == "live",
+            // Its chunks are the true ones: only its manifest lies.
+            Some(Byzantine::LyingManifest) => p.health == "banned",
+            Some(Byzantine::HttpError) => p.health != "banned" && p.chunks == 0,
+            Some(Byzantine::Stall | Byzantine::Trickle) => p.health != "dropped" && p.chunks == 0,
+            Some(_) => p.health == "banned" && p.chunks == 0,
+        });
+        self.fetched_bytes = s.fetched_bytes;
+        self.refetches = s.status.refetches;
+        self.speculative = s.status.speculative;
+        self.peak_buffered_bytes = s.status.peak_buffered;
+        self.banned.sort_unstable();
+        self.dropped.sort_unstable();
+        match s.result {
+            Ok(mut d) => {
+                self.fetched = d.fetched;
+                self.mb_per_s = s.fetched_bytes as f64 / 1e6 / d.seconds.max(1e-9);
+                let root = hex::encode(d.tree.root_hash());
+                self.roots_equal = root == self.source_root;
+                self.ok = self.roots_equal && d.tree.len() == self.keys;
+                self.rebuilt_root = Some(root);
+            }
+            Err(e) => self.error = Some(e),
+        }
     }
 
     /// The report for people.
@@ -113,37 +136,48 @@ impl Report {
     }
 
     fn render_state(&self, o: &mut Vec<String>) {
-        let liars = self.peers.iter().filter(|p| p.behaviour != Behaviour::Honest).count();
+        let liars = self.peers.iter().filter(|p| p.behaviour != "honest").count();
         let (keys, peers) = (group(self.keys), self.peers.len());
-        o.push(format!("bavl demo: sync {keys} keys from {peers} untrusted peers ({liars} lying), knowing only the root hash"));
+        o.push(format!(
+            "bavl demo: sync {keys} keys over HTTP from {peers} peer processes ({liars} lying), \
+             knowing only the root hash"
+        ));
         o.push(String::new());
         o.push(format!(
-            "state    {keys} keys ({}-byte keys, {}-byte values, seed {}), capacity {}",
-            self.key_len, self.value_len, self.seed, self.capacity
+            "state    {keys} keys ({}-byte keys, {}-byte values, seed {}), capacity {}, version {}",
+            self.key_len, self.value_len, self.seed, self.capacity, self.version
         ));
         let average = group(self.total_chunk_bytes / self.chunks.max(1));
-        let (chunks, total) = (group(self.chunks), mb(self.total_chunk_bytes));
         o.push(format!(
-            "chunks   {chunks} chunks, {total} in total ({average} B a chunk on average)"
+            "chunks   {} chunks, {} in total ({average} B a chunk on average); a later version \
+             ({} values changed) exported beside it",
+            group(self.chunks),
+            mb(self.total_chunk_bytes),
+            group(self.later_changed)
+        ));
+        let pids: Vec<String> = self.peers.iter().map(|p| p.pid.to_string()).collect();
+        o.push(format!(
+            "peers    `bavl serve --dir` processes on 127.0.0.1 (pids {}), liars with --byzantine",
+            pids.join(" ")
         ));
     }
 
     fn render_timings(&self, o: &mut Vec<String>) {
         let t = &self.timings;
-        let (fetch, verify) = (secs(t.fetch_cpu_ms), secs(t.verify_cpu_ms));
         let rows = [
             ("build", t.insert_ms, format!("insert {} keys", group(self.keys))),
             ("hash", t.hash_ms, "snapshot(): hash the whole tree".into()),
-            ("export", t.export_ms, "export every chunk once, 1 thread".into()),
+            (
+                "export",
+                t.export_ms,
+                "write both versions as files (the `bavl export` layout)".into(),
+            ),
+            ("peers", t.peers_ms, format!("start {} peer processes", self.peers.len())),
             (
                 "sync",
                 t.sync_ms,
-                format!(
-                    "fetch + verify on {} threads (summed: fetch {fetch}, verify {verify})",
-                    self.threads
-                ),
+                format!("HTTP fetch, verify on {} threads, rebuild, root check", self.threads),
             ),
-            ("rebuild", t.rebuild_ms, "Restore::finish: link the chunks, check the root".into()),
             ("total", t.total_ms, String::new()),
         ];
         o.push(String::new());
@@ -155,33 +189,47 @@ impl Report {
 
     fn render_peers(&self, o: &mut Vec<String>) {
         o.push(String::new());
-        o.push("peers    behaviour      served  rejected  banned  first rejection [errors]".into());
+        o.push(
+            "peer  behaviour        verdict   chunks        bytes  requests  reason".to_string(),
+        );
         for p in &self.peers {
-            let tally: Vec<String> = p.errors.iter().map(|(k, n)| format!("{k} x{n}")).collect();
-            let first = match &p.first_error {
-                Some(e) => format!("{e} [{}]", tally.join(", ")),
-                None => "-".into(),
-            };
-            let banned = if p.banned { "yes" } else { "no" };
-            let (label, served) = (p.behaviour.label(), group(p.served));
-            o.push(format!(
-                "  {:<6} {label:<13} {served:>7}  {:>8}  {banned:<6}  {first}",
-                p.peer, p.rejected
-            ));
+            o.push(
+                format!(
+                    "  {:<3} {:<16} {:<8} {:>7} {:>12} {:>9}  {}",
+                    p.peer,
+                    p.behaviour,
+                    p.health,
+                    group(p.chunks),
+                    crate::text::bytes(p.bytes),
+                    group(p.requests),
+                    p.reason.as_deref().unwrap_or("")
+                )
+                .trim_end()
+                .to_string(),
+            );
         }
     }
 
     fn render_result(&self, o: &mut Vec<String>) {
-        let (accepted, late) = (group(self.accepted), group(self.out_of_order));
-        let first = list(&self.first_arrivals);
         o.push(String::new());
-        o.push(format!("sync     {accepted} chunks added in arrival order ({late} arrived after a higher index; first: {first})"));
         o.push(format!(
-            "         {} chunk(s) rejected and refetched from another peer",
-            self.refetched
+            "sync     {} chunks verified on arrival, {} fetched ({:.1} MB/s); {} refetched after \
+             a failed answer, {} speculative copies; peak budget {} (request limits in flight \
+             and bodies awaiting verification)",
+            group(self.fetched),
+            mb(self.fetched_bytes),
+            self.mb_per_s,
+            group(self.refetches),
+            group(self.speculative),
+            mb(self.peak_buffered_bytes)
         ));
-        let all = if self.liars_banned { " (every liar, no honest peer)" } else { "" };
-        o.push(format!("banned   {} peer(s): {}{all}", self.banned.len(), list(&self.banned)));
+        let caught = if self.liars_caught { " (every liar caught, no honest peer)" } else { "" };
+        o.push(format!(
+            "banned   {} peer(s): {}{caught}; dropped: {}",
+            self.banned.len(),
+            list(&self.banned),
+            list(&self.dropped)
+        ));
         o.push(format!("root     source  {}", self.source_root));
         o.push(format!("         rebuilt {}", self.rebuilt_root.as_deref().unwrap_or("(none)")));
         o.push(match (&self.error, self.ok) {
@@ -190,14 +238,6 @@ impl Report {
             (None, false) => "result   FAILED: the roots differ".into(),
         });
     }
-}
-
-/// `1234567` as `1,234,567`.
-pub fn group(n: u64) -> String {
-    let digits = n.to_string().into_bytes();
-    let groups: Vec<&str> =
-        digits.rchunks(3).rev().map(|g| std::str::from_utf8(g).unwrap_or("?")).collect();
-    groups.join(",")
 }
 
 fn mb(bytes: u64) -> String {
