@@ -164,3 +164,64 @@ fn killed_sync_resumes_without_refetching() {
     let store = Store::open(&dst, Options::default()).unwrap();
     assert_eq!((store.version(), hex::encode(store.root())), (v, root));
 }
+
+/// The library way to serve a store that keeps committing (`bavl serve` cannot: it holds
+/// the store's lock; docs/sync-protocol.md §8): the owner publishes each committed
+/// version's O(1) snapshot in a `Catalog` served on another thread and withdraws the ones
+/// it prunes. A sync of a published version completes with its root while commits go on,
+/// and the catalog ends with exactly the store's retained versions.
+#[test]
+fn a_store_served_while_it_commits() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use bavl_sync::http::{self, BaseUrl, Catalog, Server, SyncConfig};
+    let dir = TempDir::new("sync-live");
+    let opts = Options { capacity: Some(16), keep_recent: 4, ..Options::default() };
+    let mut store = Store::open(dir.join("db"), opts).unwrap();
+    for i in 0u32..20_000 {
+        store.insert(&i.to_be_bytes(), b"first").unwrap();
+    }
+    let (v, root) = store.commit().unwrap();
+    let catalog = Catalog::new();
+    catalog.publish(v, store.snapshot(v).unwrap());
+    let server = Server::bind("127.0.0.1:0", catalog.clone()).unwrap().spawn().unwrap();
+    let (stop, commits) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU32::new(0)));
+    let writer = {
+        let (catalog, stop, commits) = (catalog.clone(), stop.clone(), commits.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let n = commits.load(Ordering::Relaxed);
+                store.insert(&n.to_be_bytes(), b"later").unwrap();
+                let (v, _) = store.commit().unwrap();
+                catalog.publish(v, store.snapshot(v).unwrap());
+                // The synced version stays published until its sync ends (a snapshot
+                // outlives the store's pruning); every other pruned version is withdrawn.
+                let oldest = store.versions().next().unwrap();
+                for old in catalog.versions().into_iter().filter(|&o| o < oldest && o != 1) {
+                    catalog.withdraw(old);
+                }
+                commits.fetch_add(1, Ordering::Relaxed);
+            }
+            store.versions().collect::<Vec<_>>()
+        })
+    };
+    let cfg = SyncConfig {
+        sources: vec![BaseUrl::parse(&server.url()).unwrap()],
+        options: bavl_sync::Options::default(),
+        verify_threads: 2,
+        resume: None,
+        connect_timeout: Duration::from_secs(2),
+    };
+    let before = commits.load(Ordering::Relaxed);
+    let done = http::download(root, v, &cfg, &mut |_, _, _| {}).unwrap();
+    let during = commits.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    let retained = writer.join().unwrap();
+    let mut tree = done.tree;
+    assert_eq!((v, tree.root_hash(), tree.len()), (1, root, 20_000));
+    assert!(during > 0, "no commit while the sync ran");
+    catalog.withdraw(v);
+    assert_eq!(catalog.versions(), retained, "the catalog follows the store's retention");
+    assert!(retained.len() <= 5 && !retained.contains(&v), "{retained:?}");
+}
