@@ -217,7 +217,13 @@ pub fn options(args: &LoadtestArgs) -> Result<Options> {
     };
     let checkpoint_pace =
         if args.unpaced_checkpoints { CheckpointPace::Unpaced } else { CheckpointPace::default() };
-    Ok(Options { capacity: args.capacity, keep_recent: args.keep, checkpoint, checkpoint_pace })
+    Ok(Options {
+        capacity: args.capacity,
+        keep_recent: args.keep,
+        checkpoint,
+        checkpoint_pace,
+        ..Options::default()
+    })
 }
 
 fn describe_policy(o: &Options) -> String {

@@ -76,6 +76,23 @@ pub enum CheckpointPolicy {
     Auto { log_ratio: f64, min_log_bytes: u64 },
 }
 
+/// Which thread frees the memory of pruned versions (the chunks only they held: about as
+/// many as a block touches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reclaim {
+    /// The writer's, inside [`Store::commit`] or [`Store::prune`]. The default: it costs a
+    /// few milliseconds per commit and works well on any allocator. Freeing on another
+    /// thread halves throughput on glibc's `malloc` (its arenas are locked per free from a
+    /// foreign thread): 47k against 24-33k ops/s on Workload B, while on mimalloc the two
+    /// are within the noise (95k vs 97k; `docs/design.md` §8.5).
+    #[default]
+    Inline,
+    /// A thread of the store's own: commits never pay for freeing, at the price of the
+    /// cross-thread frees. Worth it only with an allocator that frees across threads
+    /// cheaply (mimalloc, jemalloc) and a latency budget that counts milliseconds.
+    Background,
+}
+
 /// How to open a store.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -88,6 +105,8 @@ pub struct Options {
     /// How fast background checkpoints write (by default spread over the commits, so they
     /// never slow them down in bursts; see [`pace`]).
     pub checkpoint_pace: CheckpointPace,
+    /// Where pruned versions are freed (see [`Reclaim`]).
+    pub reclaim: Reclaim,
 }
 
 impl Default for Options {
@@ -97,6 +116,7 @@ impl Default for Options {
             keep_recent: 4,
             checkpoint: CheckpointPolicy::Auto { log_ratio: 1.0, min_log_bytes: 64 << 20 },
             checkpoint_pace: CheckpointPace::default(),
+            reclaim: Reclaim::default(),
         }
     }
 }
@@ -140,16 +160,19 @@ pub struct StoreStats {
     pub checkpoint_running: Option<u64>,
 }
 
-/// Frees pruned versions on a thread of its own, so releasing the chunks a version alone
-/// held (as many as a block touched) never lengthens a commit. The channel is bounded: a
-/// commit waits rather than let unreleased versions pile up.
+/// Frees pruned versions: inline, or on a thread of its own ([`Reclaim`]) so releasing the
+/// chunks a version alone held never lengthens a commit. The channel is bounded: a commit
+/// waits rather than let unreleased versions pile up.
 struct Reclaimer {
     tx: Option<std::sync::mpsc::SyncSender<Snapshot>>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Reclaimer {
-    fn start() -> Reclaimer {
+    fn start(mode: Reclaim) -> Reclaimer {
+        if mode == Reclaim::Inline {
+            return Reclaimer { tx: None, handle: None };
+        }
         let (tx, rx) = std::sync::mpsc::sync_channel::<Snapshot>(2);
         let spawned = std::thread::Builder::new()
             .name("bavl-reclaim".into())
@@ -166,6 +189,7 @@ impl Reclaimer {
             // A send fails only if the thread is gone; the snapshot then drops here.
             let _ = tx.send(snap);
         }
+        // Inline: `snap` drops here.
     }
 }
 
@@ -239,7 +263,7 @@ impl Store {
             timing: CommitTiming::default(),
             stats: StoreStats::default(),
             recovery: o.recovery,
-            reclaimer: Reclaimer::start(),
+            reclaimer: Reclaimer::start(opts.reclaim),
             activity: Activity::new(),
             opts,
         };

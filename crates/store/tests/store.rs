@@ -6,7 +6,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use bavl_core::{verify_membership, Sha256, Tree};
-use bavl_store::{CheckpointPolicy, Options, Store, StoreError};
+use bavl_store::{CheckpointPolicy, MemBackend, Options, Reclaim, Store, StoreError};
 use bavl_workload::{block, initial, next_key, Mix, Op};
 
 pub struct TempDir(pub PathBuf);
@@ -113,4 +113,37 @@ fn versions_survive_reopen_and_stay_readable() {
     let stats = store.stats().unwrap();
     assert!(stats.files.iter().any(|(n, _)| n.starts_with("ckpt-")), "{:?}", stats.files);
     store.close().unwrap();
+}
+
+/// Both places to free pruned versions keep the same versions readable, release the same
+/// ones, and leave a snapshot a caller still holds intact.
+#[test]
+fn pruned_versions_are_released_alike_inline_and_in_the_background() {
+    let mut outcomes = Vec::new();
+    for reclaim in [Reclaim::Inline, Reclaim::Background] {
+        let o = Options { reclaim, ..opts(8, 3, CheckpointPolicy::Manual) };
+        let mut store = Store::open_backend(std::sync::Arc::new(MemBackend::new()), o).unwrap();
+        let mut reference = Tree::with_capacity(8).unwrap();
+        let mut held = None;
+        let mut roots = Vec::new();
+        for v in 1..=12 {
+            apply(&mut store, &mut reference, 5, v, Mix::workload_b(300));
+            let (version, root) = store.commit().unwrap();
+            roots.push(root);
+            if version == 2 {
+                held = Some((store.latest(), reference.snapshot()));
+            }
+        }
+        let versions: Vec<u64> = store.versions().collect();
+        assert_eq!(versions, vec![10, 11, 12], "{reclaim:?}");
+        assert!(matches!(store.snapshot(2), Err(StoreError::UnknownVersion { .. })));
+        store.prune(12);
+        assert_eq!(store.versions().collect::<Vec<_>>(), vec![12], "{reclaim:?}");
+        let (snap, model) = held.unwrap();
+        assert_eq!(snap.root_hash(), roots[1]);
+        assert!(snap.iter().eq(model.iter()), "{reclaim:?}: a held snapshot changed");
+        store.close().unwrap();
+        outcomes.push(roots);
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
 }
