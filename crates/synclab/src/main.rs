@@ -88,6 +88,13 @@ enum Cmd {
     },
     /// Runs the experiments in the netlab namespaces (root; builds the lab itself).
     Run(RunArgs),
+    /// Redraws the plots and rewrites the §7 summary from the CSVs in a results directory.
+    Report {
+        #[arg(long, default_value = "docs/results/sync")]
+        dir: PathBuf,
+        #[arg(long, default_value = "docs/results/sync.json")]
+        json: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -95,7 +102,8 @@ struct RunArgs {
     /// Smoke run: 20k keys, 3 peers, 0 and 1 Byzantine, one repetition (~1-2 minutes).
     #[arg(long)]
     quick: bool,
-    /// Experiments, comma-separated: s7 (issue §7 figures), size, chunk, peers, byz.
+    /// Experiments, comma-separated: s7 (issue §7 figures), size, chunk, peers, byz, cpu
+    /// (s7's honest runs with no link limits: what the CPUs allow).
     #[arg(long, default_value = "s7,size,chunk,peers,byz", value_delimiter = ',')]
     exp: Vec<String>,
     #[arg(long, default_value_t = 3)]
@@ -178,6 +186,7 @@ fn main() -> ExitCode {
             )
         }
         Cmd::Run(args) => run(&args),
+        Cmd::Report { dir, json } => report(&dir, &json, false),
     };
     match r {
         Ok(c) => c,
@@ -330,7 +339,16 @@ fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
         if method == Method::Bavl && byzantine > 0 && !bavl_byz {
             return;
         }
-        v.push(Setup { exp: exp.to_string(), method, keys, capacity, peers, byzantine });
+        v.push(Setup {
+            exp: exp.to_string(),
+            method,
+            keys,
+            capacity,
+            peers,
+            byzantine,
+            rtt_ms: None,
+            rate_mbit: None,
+        });
     };
     let both = [Method::Bavl, Method::Baseline];
     let cap = args.capacity;
@@ -385,6 +403,16 @@ fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
                 }
             }
         }
+        "cpu" => {
+            // No link limits (no added latency, 10 Gbit/s tbf): what the 2 cores allow.
+            for m in both {
+                add(m, 1_000_000, cap, 10, 0);
+            }
+            for s in &mut v {
+                s.rtt_ms = Some(0);
+                s.rate_mbit = Some(10_000);
+            }
+        }
         _ => {}
     }
     v
@@ -436,17 +464,19 @@ fn med(rows: &[Row], keep: impl Fn(&Row) -> bool) -> Option<f64> {
     Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
-fn s7_summary(args: &RunArgs, rows: &[Row], command: &str, bavl_byz: bool) -> serde_json::Value {
-    let peers = if args.quick { 3 } else { 10 };
+fn s7_summary(quick: bool, rows: &[Row], made: &str) -> serde_json::Value {
+    let peers = if quick { 3 } else { 10 };
     let third = peers / 3;
-    let s7: Vec<Row> = rows.iter().filter(|r| r.exp == "s7" || args.quick).cloned().collect();
+    let s7: Vec<Row> =
+        rows.iter().filter(|r| r.exp == if quick { "quick" } else { "s7" }).cloned().collect();
+    let bavl_byz = s7.iter().any(|r| r.method == Method::Bavl && r.byzantine > 0);
     let m = |method: Method, b: usize| med(&s7, |r| r.method == method && r.byzantine == b);
     let honest = m(Method::Bavl, 0);
     let floor = s7.iter().find(|r| r.method == Method::Bavl).map(|r| r.floor_s);
     let third_s = m(Method::Bavl, third);
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     let one = ratio(m(Method::Baseline, 1), m(Method::Bavl, 1));
-    let four_b = if args.quick { 1 } else { 4 };
+    let four_b = if quick { 1 } else { 4 };
     let four = ratio(m(Method::Baseline, four_b), m(Method::Bavl, four_b));
     let rss = s7
         .iter()
@@ -465,13 +495,13 @@ fn s7_summary(args: &RunArgs, rows: &[Row], command: &str, bavl_byz: bool) -> se
     let th = ratio(third_s, honest);
     json!({
         "what": "state sync of 1M Workload A pairs (20-byte keys, 100-byte values) from 10 peers, each behind toxiproxy (50 ms RTT) and tbf (100 Mbit/s egress), real processes in network namespaces: bavl serve / bavl sync against the Cosmos/IAVL-style baseline (opaque fixed-size chunks, root checked after import, restart from scratch, one liar exposed per failed attempt); medians of the repetitions",
-        "quick": args.quick,
+        "quick": quick,
         "keys": info.map(|r| r.keys),
         "capacity": info.map(|r| r.capacity),
         "peers": peers,
-        "rtt_ms": args.rtt_ms,
-        "rate_mbit_per_peer": args.rate_mbit,
-        "repetitions": args.reps,
+        "rtt_ms": info.map(|r| r.rtt_ms),
+        "rate_mbit_per_peer": info.map(|r| r.rate_mbit),
+        "repetitions": s7.iter().map(|r| r.rep + 1).max(),
         "bavl_state_bytes": info.map(|r| r.state_bytes),
         "honest_sync_s": honest,
         "bandwidth_floor_s": floor,
@@ -497,11 +527,62 @@ fn s7_summary(args: &RunArgs, rows: &[Row], command: &str, bavl_byz: bool) -> se
         "peak_rss_mb": rss,
         "machine_busy_cores_during_honest_sync": busy,
         "bavl_byzantine_available": bavl_byz,
+        "bavl_honest_breakdown": breakdown(&s7, Method::Bavl),
+        "baseline_honest_breakdown": breakdown(&s7, Method::Baseline),
+        "no_link_limits": {
+            "what": "the same honest syncs with no added latency and 10 Gbit/s tbf (cpu.csv): what the 2 shared cores allow",
+            "bavl_sync_s": med(rows, |r| r.exp == "cpu" && r.method == Method::Bavl),
+            "baseline_sync_s": med(rows, |r| r.exp == "cpu" && r.method == Method::Baseline),
+        },
         "machine": machine(),
-        "command": command,
-        "date": date(),
-        "csv": "docs/results/sync/runs.csv",
+        "made_by": made,
+        "summary_date": date(),
+        "csv": "docs/results/sync/s7.csv",
     })
+}
+
+/// Medians of the honest runs' time and CPU split.
+fn breakdown(rows: &[Row], m: Method) -> serde_json::Value {
+    let h: Vec<&Row> = rows.iter().filter(|r| r.ok && r.method == m && r.byzantine == 0).collect();
+    let md = |f: &dyn Fn(&Row) -> f64| {
+        let mut v: Vec<f64> = h.iter().map(|r| f(r)).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    json!({
+        "total_s": md(&|r| r.seconds),
+        "client_timer_s": md(&|r| r.inner_s),
+        "client_cpu_s": md(&|r| r.client_cpu_s),
+        "servers_cpu_s": md(&|r| r.servers_cpu_s),
+        "toxiproxies_cpu_s": md(&|r| r.proxies_cpu_s),
+        "machine_busy_cores": md(&|r| r.machine_busy_cores),
+        "peak_rss_mb": md(&|r| r.peak_rss_mb),
+    })
+}
+
+/// Reads every run CSV of `dir`, redraws the plots, and writes the §7 summary if the
+/// directory has s7 (or quick) runs.
+fn report(dir: &Path, json_path: &Path, quick: bool) -> Result<ExitCode> {
+    let mut rows = Vec::new();
+    let mut made = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "csv") {
+            let text = std::fs::read_to_string(&p)?;
+            rows.extend(Row::parse_csv(&text).with_context(|| format!("{}", p.display()))?);
+        }
+        if p.extension().is_some_and(|x| x == "cmd") {
+            made.push(std::fs::read_to_string(&p)?.trim().to_string());
+        }
+    }
+    made.sort();
+    plots(dir, &rows)?;
+    if rows.iter().any(|r| r.exp == if quick { "quick" } else { "s7" }) {
+        let summary = s7_summary(quick, &rows, &made.join("; "));
+        std::fs::write(json_path, serde_json::to_string_pretty(&summary)? + "\n")?;
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn plots(out: &Path, rows: &[Row]) -> Result<()> {
@@ -608,11 +689,19 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
     if max_peers == 0 {
         bail!("nothing to run (experiments: s7, size, chunk, peers, byz)");
     }
-    runner::lab_up(&env, max_peers)?;
     let reps = if args.quick { 1 } else { args.reps };
     let mut rows: Vec<Row> = Vec::new();
     let mut failed = 0;
+    let mut lab: Option<(u64, u64)> = None;
     for s in &all {
+        let mut env = env.clone();
+        env.rtt_ms = s.rtt_ms.unwrap_or(args.rtt_ms);
+        env.rate_mbit = s.rate_mbit.unwrap_or(args.rate_mbit);
+        if lab != Some((env.rtt_ms, env.rate_mbit)) {
+            runner::wait_quiet();
+            runner::lab_up(&env, max_peers)?;
+            lab = Some((env.rtt_ms, env.rate_mbit));
+        }
         match runner::run_setup(&env, s, reps) {
             Ok(r) => rows.extend(r),
             Err(e) => {
@@ -626,17 +715,20 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
                 );
             }
         }
-        std::fs::write(out.join("runs.csv"), csv(&rows))?;
+        // One CSV per experiment (runs of other experiments in OUT stay as they are).
+        let mine: Vec<Row> = rows.iter().filter(|r| r.exp == s.exp).cloned().collect();
+        std::fs::write(out.join(format!("{}.csv", s.exp)), csv(&mine))?;
     }
     if !args.keep_lab {
         runner::lab_down(&env);
     }
-    plots(&out, &rows)?;
-    if args.quick || exps.iter().any(|e| e == "s7") {
-        let summary = s7_summary(args, &rows, &command, bavl_byz);
-        std::fs::write(&json_path, serde_json::to_string_pretty(&summary)? + "\n")?;
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+    let when = date();
+    for e in &exps {
+        if rows.iter().any(|r| &r.exp == e) {
+            std::fs::write(out.join(format!("{e}.cmd")), format!("{e}: {command} ({when})\n"))?;
+        }
     }
+    report(&out, &json_path, args.quick)?;
     let bad = rows.iter().filter(|r| !r.ok).count();
     eprintln!(
         "synclab: {} runs, {bad} failed, {failed} configurations not run; {}",

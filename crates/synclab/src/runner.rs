@@ -40,6 +40,9 @@ pub struct Setup {
     pub capacity: u32,
     pub peers: usize,
     pub byzantine: usize,
+    /// Link settings of this setup; `None`: the run's defaults.
+    pub rtt_ms: Option<u64>,
+    pub rate_mbit: Option<u64>,
 }
 
 /// One measured run.
@@ -78,6 +81,65 @@ pub struct Row {
     pub inner_s: f64,
     pub banned: u64,
     pub note: String,
+}
+
+impl Row {
+    /// Parses the rows of a CSV written by `bavl-synclab run` (columns found by name).
+    pub fn parse_csv(text: &str) -> Result<Vec<Row>> {
+        let mut lines = text.lines();
+        let head: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+        let col = |name: &str| head.iter().position(|h| *h == name);
+        let mut rows = Vec::new();
+        for line in lines.filter(|l| !l.trim().is_empty()) {
+            // The note is the last column, quoted; nothing before it holds a comma.
+            let (fields, note) = match line.split_once(",\"") {
+                Some((a, b)) => (a, b.trim_end_matches('"')),
+                None => (line, ""),
+            };
+            let f: Vec<&str> = fields.split(',').collect();
+            let get = |name: &str| -> Result<&str> {
+                col(name).and_then(|i| f.get(i).copied()).with_context(|| format!("no {name}"))
+            };
+            let num = |name: &str| -> Result<f64> {
+                get(name)?.parse::<f64>().with_context(|| format!("{name} is not a number"))
+            };
+            let int = |name: &str| -> Result<u64> {
+                get(name)?.parse::<u64>().with_context(|| format!("{name} is not an integer"))
+            };
+            let opt = |name: &str| if col(name).is_some() { num(name) } else { Ok(0.0) };
+            rows.push(Row {
+                exp: get("exp")?.to_string(),
+                method: match get("method")? {
+                    "bavl" => Method::Bavl,
+                    "baseline" => Method::Baseline,
+                    m => bail!("unknown method {m}"),
+                },
+                keys: int("keys")?,
+                capacity: int("capacity")? as u32,
+                chunk_bytes: int("chunk_bytes")?,
+                peers: int("peers")? as usize,
+                byzantine: int("byzantine")? as usize,
+                rtt_ms: int("rtt_ms")?,
+                rate_mbit: num("rate_mbit")?,
+                rep: int("rep")? as u32,
+                ok: get("ok")? == "true",
+                seconds: num("seconds")?,
+                attempts: int("attempts")? as u32,
+                fetched_bytes: int("fetched_bytes")?,
+                state_bytes: int("state_bytes")?,
+                floor_s: num("floor_s")?,
+                peak_rss_mb: num("peak_rss_mb")?,
+                client_cpu_s: num("client_cpu_s")?,
+                machine_busy_cores: num("machine_busy_cores")?,
+                servers_cpu_s: opt("servers_cpu_s")?,
+                proxies_cpu_s: opt("proxies_cpu_s")?,
+                inner_s: opt("inner_s")?,
+                banned: int("banned")?,
+                note: note.to_string(),
+            });
+        }
+        Ok(rows)
+    }
 }
 
 /// Paths and fixed parameters.
@@ -378,13 +440,27 @@ fn run_client(
     })
 }
 
+/// Waits while the lead benchmarks (`/tmp/bavl-quiet` exists; see `/tmp/q`).
+pub fn wait_quiet() {
+    let mut said = false;
+    while Path::new("/tmp/bavl-quiet").exists() {
+        if !said {
+            eprintln!("synclab: /tmp/bavl-quiet exists: waiting");
+            said = true;
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+}
+
 /// Runs `reps` repetitions of one configuration (servers started once).
 pub fn run_setup(env: &Env, s: &Setup, reps: u32) -> Result<Vec<Row>> {
     let info = state::ensure(&env.state_dir(s.keys, s.capacity), s.keys, s.capacity)?;
+    wait_quiet();
     let servers = start_servers(env, s, &info)?;
     let pids: Vec<u32> = servers.0.iter().map(Child::id).collect();
     let mut rows = Vec::new();
     for rep in 0..reps {
+        wait_quiet();
         let row = run_client(env, s, &info, rep, &pids)?;
         eprintln!(
             "synclab: {} {} keys={} cap={} peers={} byz={} rep={}: {} {:.2} s (floor {:.2} s), {} attempt(s), {:.0} MB, rss {:.0} MB, cpu client {:.1} s servers {:.1} s proxies {:.1} s, busy {:.2} cores {}",
