@@ -566,7 +566,12 @@ impl Store {
         let mut names = self.backend.list().ctx(|| "listing the store".into())?;
         names.sort();
         for name in names {
-            let len = self.backend.file_len(&name).ctx(|| format!("reading {name}"))?;
+            // A running checkpoint renames and deletes files: one listed a moment ago may
+            // be gone (`HEAD.tmp` renamed, an obsolete segment deleted). Not an error.
+            let len = match self.backend.file_len(&name) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                r => r.ctx(|| format!("reading {name}"))?,
+            };
             s.disk_bytes += len;
             s.files.push((name, len));
         }

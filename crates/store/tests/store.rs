@@ -6,7 +6,9 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use bavl_core::{verify_membership, Sha256, Tree};
-use bavl_store::{CheckpointPolicy, MemBackend, Options, Reclaim, Store, StoreError};
+use bavl_store::{
+    Backend, CheckpointPolicy, MemBackend, Options, Reclaim, Store, StoreError, WriteFile,
+};
 use bavl_workload::{block, initial, next_key, Mix, Op};
 
 pub struct TempDir(pub PathBuf);
@@ -146,4 +148,56 @@ fn pruned_versions_are_released_alike_inline_and_in_the_background() {
         outcomes.push(roots);
     }
     assert_eq!(outcomes[0], outcomes[1]);
+}
+
+/// A backend whose listing names a file that is already gone, as when a checkpoint renames
+/// `HEAD.tmp` between `stats()` listing the directory and reading a length.
+/// Armed after opening (opening deletes left-over temporaries it lists).
+struct Vanishing(MemBackend, std::sync::atomic::AtomicBool);
+
+impl Backend for Vanishing {
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        let mut names = self.0.list()?;
+        if self.1.load(std::sync::atomic::Ordering::SeqCst) {
+            names.push("HEAD.tmp".into());
+        }
+        Ok(names)
+    }
+    fn open_read(&self, name: &str) -> std::io::Result<Box<dyn std::io::Read + Send>> {
+        self.0.open_read(name)
+    }
+    fn file_len(&self, name: &str) -> std::io::Result<u64> {
+        self.0.file_len(name)
+    }
+    fn create(&self, name: &str) -> std::io::Result<Box<dyn WriteFile>> {
+        self.0.create(name)
+    }
+    fn open_append(&self, name: &str, len: u64) -> std::io::Result<Box<dyn WriteFile>> {
+        self.0.open_append(name, len)
+    }
+    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        self.0.rename(from, to)
+    }
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        self.0.remove(name)
+    }
+    fn sync_dir(&self) -> std::io::Result<()> {
+        self.0.sync_dir()
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+#[test]
+fn stats_skip_a_file_that_vanished_while_listing() {
+    let backend = std::sync::Arc::new(Vanishing(MemBackend::new(), Default::default()));
+    let mut store =
+        Store::open_backend(backend.clone(), opts(8, 2, CheckpointPolicy::Manual)).unwrap();
+    store.insert(b"k", b"v").unwrap();
+    store.commit().unwrap();
+    backend.1.store(true, std::sync::atomic::Ordering::SeqCst);
+    let stats = store.stats().expect("a vanished file is not an error");
+    assert!(stats.files.iter().all(|(n, _)| n != "HEAD.tmp"), "{:?}", stats.files);
+    assert!(stats.disk_bytes > 0);
 }
