@@ -226,6 +226,9 @@ pub enum RetryPolicy {
     /// Retry with the same peers (what a node with no information can do; completes only
     /// if no liar serves a chunk).
     Same,
+    /// A node with no information that guesses: after a failed attempt it drops one peer
+    /// chosen at random (seeded) among those that served a chunk in it.
+    DropRandom { seed: u64 },
 }
 
 /// Options of a baseline sync.
@@ -273,6 +276,10 @@ pub fn sync<T: Transport>(t: &T, cfg: &Config) -> Result<Outcome, SyncError> {
     let start = Instant::now();
     let mut live: Vec<usize> = (0..cfg.peers).collect();
     let mut attempts = Vec::new();
+    let mut rng = match cfg.policy {
+        RetryPolicy::DropRandom { seed } => seed ^ 0x9e37_79b9_7f4a_7c15,
+        _ => 0,
+    };
     loop {
         if live.is_empty() {
             return Err(SyncError::NoPeers);
@@ -289,12 +296,31 @@ pub fn sync<T: Transport>(t: &T, cfg: &Config) -> Result<Outcome, SyncError> {
             }
             Err(e) => {
                 record.attempt.error = Some(e.to_string());
-                if let RetryPolicy::ExposeOneLiar { liars } = &cfg.policy {
-                    let exposed =
-                        liars.iter().find(|l| live.contains(l) && record.attempt.served[**l] > 0);
-                    if let Some(l) = exposed {
-                        live.retain(|p| p != l);
+                match &cfg.policy {
+                    RetryPolicy::ExposeOneLiar { liars } => {
+                        let exposed = liars
+                            .iter()
+                            .find(|l| live.contains(l) && record.attempt.served[**l] > 0);
+                        if let Some(l) = exposed {
+                            live.retain(|p| p != l);
+                        }
                     }
+                    RetryPolicy::DropRandom { .. } => {
+                        let served: Vec<usize> = live
+                            .iter()
+                            .copied()
+                            .filter(|p| record.attempt.served[*p] > 0)
+                            .collect();
+                        if !served.is_empty() {
+                            // xorshift64*: deterministic for a seed.
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            let pick = served[(rng % served.len() as u64) as usize];
+                            live.retain(|p| *p != pick);
+                        }
+                    }
+                    RetryPolicy::Same => {}
                 }
                 // Peers that failed to connect in this attempt stay out too.
                 live.retain(|p| !record.dead.contains(p));
@@ -550,6 +576,26 @@ mod tests {
         let mut c = cfg(3, root, RetryPolicy::Same);
         c.max_attempts = 3;
         assert!(matches!(sync(&t, &c), Err(SyncError::TooManyAttempts(3))));
+    }
+
+    #[test]
+    fn guessing_drops_a_random_server_until_the_liar_is_gone() {
+        let s = state(2000);
+        let sn = snap(&s, 2048);
+        let root = root_of(s.iter().map(|(k, v)| (&k[..], &v[..])));
+        for seed in 0..5 {
+            let t = Mem { snap: &sn, liars: vec![2], down: vec![] };
+            let out = sync(&t, &cfg(4, root, RetryPolicy::DropRandom { seed })).unwrap();
+            let n = out.attempts.len();
+            assert!((1..=4).contains(&n) && n > 1, "seed {seed}: {n} attempts");
+            // Peers only ever leave; the last attempt is the first without the liar.
+            for w in out.attempts.windows(2) {
+                assert_eq!(w[1].peers.len() + 1, w[0].peers.len());
+            }
+            assert!(out.attempts[..n - 1].iter().all(|a| a.peers.contains(&2) && !a.ok));
+            assert!(!out.attempts[n - 1].peers.contains(&2));
+            assert_eq!(out.root, root);
+        }
     }
 
     #[test]

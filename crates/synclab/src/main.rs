@@ -68,8 +68,12 @@ enum Cmd {
         /// Index (0-based, in --peer order) of a liar the B+AVL paper's model lets a failed
         /// attempt expose, one per failed attempt, in this order. Without any, a failed
         /// attempt is retried with the same peers.
-        #[arg(long = "exposed-liar")]
+        #[arg(long = "exposed-liar", conflicts_with = "drop_random")]
         liars: Vec<usize>,
+        /// No liar is exposed: after a failed attempt drop one random peer (this seed)
+        /// among those that served a chunk.
+        #[arg(long, value_name = "SEED")]
+        drop_random: Option<u64>,
         #[arg(long, default_value_t = 50)]
         max_attempts: u32,
         /// Where the imported state is written (and fsynced).
@@ -160,6 +164,7 @@ fn main() -> ExitCode {
             root,
             workers,
             liars,
+            drop_random,
             max_attempts,
             out,
             import,
@@ -174,11 +179,16 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            let policy = match (drop_random, liars.is_empty()) {
+                (Some(seed), _) => RetryPolicy::DropRandom { seed },
+                (None, true) => RetryPolicy::Same,
+                (None, false) => RetryPolicy::ExposeOneLiar { liars },
+            };
             fetch_baseline(
                 peers,
                 &root,
                 workers,
-                liars,
+                policy,
                 max_attempts,
                 &out,
                 import,
@@ -217,7 +227,7 @@ fn fetch_baseline(
     peers: Vec<String>,
     root: &str,
     workers: usize,
-    liars: Vec<usize>,
+    policy: RetryPolicy,
     max_attempts: u32,
     out: &Path,
     import: Option<u32>,
@@ -227,8 +237,6 @@ fn fetch_baseline(
         .ok()
         .and_then(|v| v.try_into().ok())
         .context("--root must be 64 hex digits")?;
-    let policy =
-        if liars.is_empty() { RetryPolicy::Same } else { RetryPolicy::ExposeOneLiar { liars } };
     let cfg = baseline::Config {
         peers: peers.len(),
         trusted_root: trusted,
@@ -368,6 +376,9 @@ fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
             for b in [0, 1, 4] {
                 add(Method::Baseline, 1_000_000, cap, 10, b);
             }
+            for b in [1, 4] {
+                add(Method::BaselineBlind, 1_000_000, cap, 10, b);
+            }
         }
         "size" => {
             for keys in [100_000, 1_000_000] {
@@ -400,6 +411,9 @@ fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
             for b in 0..=4 {
                 for m in both {
                     add(m, 1_000_000, cap, 12, b);
+                }
+                if b > 0 {
+                    add(Method::BaselineBlind, 1_000_000, cap, 12, b);
                 }
             }
         }
@@ -520,6 +534,13 @@ fn s7_summary(quick: bool, rows: &[Row], made: &str) -> serde_json::Value {
         "baseline_one_byzantine_target": 5.0,
         "baseline_one_byzantine_target_met": one.map(|x| x >= 5.0),
         "baseline_four_byzantine_sync_s": m(Method::Baseline, four_b),
+        "blind_baseline": {
+            "what": "the baseline when a failed attempt exposes nobody and the node drops one random peer that served a chunk (seed = repetition): what a node without the paper's hint gets",
+            "one_byzantine_sync_s": m(Method::BaselineBlind, 1),
+            "one_byzantine_ratio": ratio(m(Method::BaselineBlind, 1), m(Method::Bavl, 1)),
+            "four_byzantine_sync_s": m(Method::BaselineBlind, four_b),
+            "four_byzantine_ratio": ratio(m(Method::BaselineBlind, four_b), m(Method::Bavl, four_b)),
+        },
         "bavl_four_byzantine_sync_s": m(Method::Bavl, four_b),
         "baseline_four_byzantine_ratio": four,
         "baseline_four_byzantine_target": 20.0,
@@ -607,6 +628,7 @@ fn plots(out: &Path, rows: &[Row]) -> Result<()> {
                 for (m, c) in [
                     (Method::Bavl, plotters::style::RGBColor(31, 102, 181)),
                     (Method::Baseline, plotters::style::RGBColor(214, 110, 20)),
+                    (Method::BaselineBlind, plotters::style::RGBColor(160, 40, 40)),
                 ] {
                     s.push(plot::Series {
                         label: m.name().to_string(),
@@ -619,6 +641,9 @@ fn plots(out: &Path, rows: &[Row]) -> Result<()> {
                             |x| x.seconds,
                         ),
                     });
+                    if m == Method::BaselineBlind {
+                        continue;
+                    }
                     s.push(plot::Series {
                         label: format!("{} bandwidth floor", m.name()),
                         color: c,

@@ -19,7 +19,11 @@ use crate::state::{self, StateInfo};
 #[serde(rename_all = "lowercase")]
 pub enum Method {
     Bavl,
+    /// Retry policy: one liar exposed per failed attempt (the B+AVL paper's model).
     Baseline,
+    /// Retry policy: one random serving peer dropped per failed attempt.
+    #[serde(rename = "baseline-blind")]
+    BaselineBlind,
 }
 
 impl Method {
@@ -27,6 +31,7 @@ impl Method {
         match self {
             Method::Bavl => "bavl",
             Method::Baseline => "baseline",
+            Method::BaselineBlind => "baseline-blind",
         }
     }
 }
@@ -112,6 +117,7 @@ impl Row {
                 method: match get("method")? {
                     "bavl" => Method::Bavl,
                     "baseline" => Method::Baseline,
+                    "baseline-blind" => Method::BaselineBlind,
                     m => bail!("unknown method {m}"),
                 },
                 keys: int("keys")?,
@@ -251,7 +257,7 @@ fn start_servers(env: &Env, s: &Setup, info: &StateInfo) -> Result<Servers> {
                     cmd.args(["--byzantine", &env.bavl_lie]);
                 }
             }
-            Method::Baseline => {
+            Method::Baseline | Method::BaselineBlind => {
                 cmd.arg(&env.synclab).arg("serve-baseline").arg("--db").arg(db);
                 cmd.args(["--listen", "127.0.0.1:9000"]);
                 cmd.args(["--chunk-bytes", &env.baseline_chunk(info).to_string()]);
@@ -347,15 +353,19 @@ fn run_client(
             }
             cmd.arg("--json").arg(&json);
         }
-        Method::Baseline => {
+        Method::Baseline | Method::BaselineBlind => {
             cmd.arg(&env.synclab).arg("fetch-baseline");
             cmd.args(["--root", &info.baseline_root]);
             cmd.args(["--workers", &env.baseline_workers.to_string()]);
             for i in 0..s.peers {
                 cmd.arg("--peer").arg(peer_addr(i));
             }
-            for i in 0..s.byzantine {
-                cmd.arg("--exposed-liar").arg(i.to_string());
+            if s.method == Method::Baseline {
+                for i in 0..s.byzantine {
+                    cmd.arg("--exposed-liar").arg(i.to_string());
+                }
+            } else {
+                cmd.args(["--drop-random", &rep.to_string()]);
             }
             cmd.arg("--out").arg(cdir.join("db")).arg("--json").arg(&json);
             cmd.args(["--capacity", &info.capacity.to_string()]);
@@ -393,15 +403,15 @@ fn run_client(
     let u = |k: &str| summary.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     let (fetched, attempts, banned) = match s.method {
         Method::Bavl => (u("fetched_bytes"), u32::from(ok), u("banned")),
-        Method::Baseline => (u("fetched_bytes"), u("attempts") as u32, 0),
+        Method::Baseline | Method::BaselineBlind => (u("fetched_bytes"), u("attempts") as u32, 0),
     };
     let state_bytes = match s.method {
         Method::Bavl => info.bavl_bytes,
-        Method::Baseline => info.stream_bytes,
+        Method::Baseline | Method::BaselineBlind => info.stream_bytes,
     };
     let chunk_bytes = match s.method {
         Method::Bavl => info.bavl_bytes / info.chunk_count.max(1),
-        Method::Baseline => env.baseline_chunk(info),
+        Method::Baseline | Method::BaselineBlind => env.baseline_chunk(info),
     };
     let rate_bits = env.rate_mbit as f64 * 1e6;
     let mut note = String::new();
