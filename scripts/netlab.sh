@@ -256,10 +256,12 @@ verify() {
     # All peers at once: the aggregate the client sees.
     local start end
     start=$(date +%s.%N)
+    local pids=()
     for i in $(seq 1 "$n"); do
         ip netns exec blc curl -s -o /dev/null "http://$(peer_ip "$i"):$PROXY_PORT/big" &
+        pids+=($!)
     done
-    wait_jobs
+    wait "${pids[@]}" || true
     end=$(date +%s.%N)
     local agg
     agg=$(awk -v s="$start" -v e="$end" -v n="$n" -v mb="$mb" 'BEGIN{printf "%.2f", n*mb*1048576*8/(e-s)/1e6}')
@@ -283,8 +285,6 @@ verify() {
     } >"$out"
     log "wrote $out"
 }
-
-wait_jobs() { local j; for j in $(jobs -p); do wait "$j" || true; done; }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, tc)"
 cmd=${1:-}

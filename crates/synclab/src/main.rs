@@ -107,7 +107,8 @@ struct RunArgs {
     #[arg(long)]
     quick: bool,
     /// Experiments, comma-separated: s7 (issue §7 figures), size, chunk, peers, byz, cpu
-    /// (s7's honest runs with no link limits: what the CPUs allow).
+    /// (s7's honest runs with no link limits: what the CPUs allow), blind (s7's baseline
+    /// with 1 and 4 liars when nobody is exposed and a random peer is dropped instead).
     #[arg(long, default_value = "s7,size,chunk,peers,byz", value_delimiter = ',')]
     exp: Vec<String>,
     #[arg(long, default_value_t = 3)]
@@ -412,9 +413,11 @@ fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
                 for m in both {
                     add(m, 1_000_000, cap, 12, b);
                 }
-                if b > 0 {
-                    add(Method::BaselineBlind, 1_000_000, cap, 12, b);
-                }
+            }
+        }
+        "blind" => {
+            for b in [1, 4] {
+                add(Method::BaselineBlind, 1_000_000, cap, 10, b);
             }
         }
         "cpu" => {
@@ -483,6 +486,12 @@ fn s7_summary(quick: bool, rows: &[Row], made: &str) -> serde_json::Value {
     let third = peers / 3;
     let s7: Vec<Row> =
         rows.iter().filter(|r| r.exp == if quick { "quick" } else { "s7" }).cloned().collect();
+    let blind: Vec<Row> = rows
+        .iter()
+        .filter(|r| r.exp == "blind" || (r.exp == "s7" && r.method == Method::BaselineBlind))
+        .cloned()
+        .collect();
+    let mb = |b: usize| med(&blind, |r| r.byzantine == b);
     let bavl_byz = s7.iter().any(|r| r.method == Method::Bavl && r.byzantine > 0);
     let m = |method: Method, b: usize| med(&s7, |r| r.method == method && r.byzantine == b);
     let honest = m(Method::Bavl, 0);
@@ -536,10 +545,11 @@ fn s7_summary(quick: bool, rows: &[Row], made: &str) -> serde_json::Value {
         "baseline_four_byzantine_sync_s": m(Method::Baseline, four_b),
         "blind_baseline": {
             "what": "the baseline when a failed attempt exposes nobody and the node drops one random peer that served a chunk (seed = repetition): what a node without the paper's hint gets",
-            "one_byzantine_sync_s": m(Method::BaselineBlind, 1),
-            "one_byzantine_ratio": ratio(m(Method::BaselineBlind, 1), m(Method::Bavl, 1)),
-            "four_byzantine_sync_s": m(Method::BaselineBlind, four_b),
-            "four_byzantine_ratio": ratio(m(Method::BaselineBlind, four_b), m(Method::Bavl, four_b)),
+            "one_byzantine_sync_s": mb(1),
+            "one_byzantine_ratio": ratio(mb(1), m(Method::Bavl, 1)),
+            "four_byzantine_sync_s": mb(four_b),
+            "four_byzantine_ratio": ratio(mb(four_b), m(Method::Bavl, four_b)),
+            "attempts": blind.iter().map(|r| (r.byzantine, r.attempts)).collect::<Vec<_>>(),
         },
         "bavl_four_byzantine_sync_s": m(Method::Bavl, four_b),
         "baseline_four_byzantine_ratio": four,
