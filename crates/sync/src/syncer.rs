@@ -402,8 +402,30 @@ impl<H: Hasher> Syncer<H> {
         if slot.failed {
             self.status.refetches += 1;
         }
-        for s in 0..self.sources.len() {
-            self.check_manifest(SourceId(s as u32));
+        if first {
+            // Every manifest can now be held against the truth.
+            for s in 0..self.sources.len() {
+                self.check_manifest(SourceId(s as u32));
+            }
+        } else {
+            // Manifests already agreed with every earlier chunk: only this one is new
+            // (a scan of all slots per chunk would make the sync quadratic).
+            for s in 0..self.sources.len() {
+                let source = &self.sources[s];
+                let Some(m) = source.manifest() else { continue };
+                if !source.is_live() {
+                    continue;
+                }
+                match m.chunk_sizes.get(index as usize) {
+                    Some(&claimed) if claimed != len => {
+                        let r = BanReason::SizeMismatch { index, len, claimed };
+                        self.ban(SourceId(s as u32), r);
+                    }
+                    Some(_) => {}
+                    // Not held against the truth yet: the full check does it.
+                    None => self.check_manifest(SourceId(s as u32)),
+                }
+            }
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -96,6 +96,7 @@ pub fn download(
     for _ in &cfg.sources {
         syncer.add_source(epoch.elapsed());
     }
+    let mut fetchers = Fetchers::new(client, sources, epoch, tx.clone());
     let mut cancels: HashMap<RequestId, Arc<AtomicBool>> = HashMap::new();
     let mut events = Vec::new();
     let (mut fetched, mut fetched_bytes, mut last_progress) = (0u64, 0u64, Instant::now());
@@ -107,11 +108,7 @@ pub fn download(
                     let id = req.id;
                     let cancel = Arc::new(AtomicBool::new(false));
                     cancels.insert(id, cancel.clone());
-                    let (client, sources, tx) = (client.clone(), sources.clone(), tx.clone());
-                    let spawned = std::thread::Builder::new()
-                        .name("bavl-fetch".into())
-                        .spawn(move || fetch(&client, &sources, req, epoch, &cancel, &tx));
-                    if spawned.is_err() {
+                    if fetchers.submit(req, cancel).is_err() {
                         // No thread: the request fails as the network would.
                         cancels.remove(&id);
                         let kind = crate::FailureKind::Transport;
@@ -193,6 +190,66 @@ pub fn download(
         sources: reports,
         events,
     })
+}
+
+/// A request and its cancellation flag.
+type FetchJob = (Request, Arc<AtomicBool>);
+
+/// The threads that carry out requests. A request never waits for a busy thread: one is
+/// started whenever none is idle, so there are as many as requests were ever in flight at
+/// once (the syncer's windows bound that), and each is reused instead of a thread being
+/// started per request (on loopback, thread stacks mapped and unmapped per request cost
+/// more than the requests).
+struct Fetchers {
+    tx: Sender<FetchJob>,
+    rx: Arc<Mutex<mpsc::Receiver<FetchJob>>>,
+    /// Threads waiting for a request that no submitted request has claimed yet.
+    idle: Arc<AtomicUsize>,
+    client: Arc<Client>,
+    sources: Arc<Vec<BaseUrl>>,
+    epoch: Instant,
+    done: Sender<Msg>,
+}
+
+impl Fetchers {
+    fn new(
+        client: Arc<Client>,
+        sources: Arc<Vec<BaseUrl>>,
+        epoch: Instant,
+        done: Sender<Msg>,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let (rx, idle) = (Arc::new(Mutex::new(rx)), Arc::new(AtomicUsize::new(0)));
+        Fetchers { tx, rx, idle, client, sources, epoch, done }
+    }
+
+    /// Hands a request to an idle thread or a new one; `Err` if no thread could start.
+    fn submit(&mut self, req: Request, cancel: Arc<AtomicBool>) -> Result<(), ()> {
+        let claimed = self
+            .idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        if !claimed {
+            let (rx, idle) = (self.rx.clone(), self.idle.clone());
+            let (client, sources, done) =
+                (self.client.clone(), self.sources.clone(), self.done.clone());
+            let epoch = self.epoch;
+            let spawned = std::thread::Builder::new().name("bavl-fetch".into()).spawn(move || {
+                loop {
+                    // The lock is held only by the thread waiting for the next request.
+                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((req, cancel)) = next else { break };
+                    fetch(&client, &sources, req, epoch, &cancel, &done);
+                    idle.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+            if spawned.is_err() {
+                return Err(());
+            }
+        }
+        // Every thread outlives this sender's use (they exit when it is dropped).
+        self.tx.send((req, cancel)).map_err(|_| ())
+    }
 }
 
 fn fetch(
