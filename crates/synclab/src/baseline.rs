@@ -155,8 +155,11 @@ pub fn root_of<'a>(entries: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Diges
     level[0]
 }
 
+/// A decoded pair, borrowed from the stream.
+pub type Pair<'a> = (&'a [u8], &'a [u8]);
+
 /// Decodes a whole stream: the entries in order, checked strictly increasing.
-pub fn decode(stream: &[u8]) -> Result<Vec<(&[u8], &[u8])>, SyncError> {
+pub fn decode(stream: &[u8]) -> Result<Vec<Pair<'_>>, SyncError> {
     let mut out = Vec::new();
     let mut at = 0usize;
     while at < stream.len() {

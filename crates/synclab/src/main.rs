@@ -185,16 +185,18 @@ fn main() -> ExitCode {
                 (None, true) => RetryPolicy::Same,
                 (None, false) => RetryPolicy::ExposeOneLiar { liars },
             };
-            fetch_baseline(
-                peers,
-                &root,
+            let Some(trusted) = hex::decode(&root).ok().and_then(|v| v.try_into().ok()) else {
+                eprintln!("error: --root must be 64 hex digits");
+                return ExitCode::from(2);
+            };
+            let cfg = baseline::Config {
+                peers: peers.len(),
+                trusted_root: trusted,
                 workers,
                 policy,
                 max_attempts,
-                &out,
-                import,
-                json.as_deref(),
-            )
+            };
+            fetch_baseline(peers, &cfg, &out, import, json.as_deref())
         }
         Cmd::Run(args) => run(&args),
         Cmd::Report { dir, json } => report(&dir, &json, false),
@@ -226,27 +228,13 @@ fn serve_baseline(db: &Path, listen: &str, chunk_bytes: u64, corrupt: bool) -> R
 
 fn fetch_baseline(
     peers: Vec<String>,
-    root: &str,
-    workers: usize,
-    policy: RetryPolicy,
-    max_attempts: u32,
+    cfg: &baseline::Config,
     out: &Path,
     import: Option<u32>,
     json: Option<&Path>,
 ) -> Result<ExitCode> {
-    let trusted: baseline::Digest = hex::decode(root)
-        .ok()
-        .and_then(|v| v.try_into().ok())
-        .context("--root must be 64 hex digits")?;
-    let cfg = baseline::Config {
-        peers: peers.len(),
-        trusted_root: trusted,
-        workers,
-        policy,
-        max_attempts,
-    };
     let t = bavl_synclab::http::Http { peers, timeout: Duration::from_secs(30) };
-    let result = baseline::sync(&t, &cfg);
+    let result = baseline::sync(&t, cfg);
     let (code, summary) = match result {
         Ok(o) => {
             // The durable import.
@@ -640,31 +628,16 @@ fn plots(out: &Path, rows: &[Row]) -> Result<()> {
                     (Method::Baseline, plotters::style::RGBColor(214, 110, 20)),
                     (Method::BaselineBlind, plotters::style::RGBColor(160, 40, 40)),
                 ] {
-                    s.push(plot::Series {
-                        label: m.name().to_string(),
+                    let line = |label: String, dashed: bool, y: fn(&Row) -> f64| plot::Series {
+                        label,
                         color: c,
-                        dashed: false,
-                        points: plot::points(
-                            &r,
-                            |x| x.method == m,
-                            |x| x.byzantine as f64,
-                            |x| x.seconds,
-                        ),
-                    });
-                    if m == Method::BaselineBlind {
-                        continue;
+                        dashed,
+                        points: plot::points(&r, |x| x.method == m, |x| x.byzantine as f64, y),
+                    };
+                    s.push(line(m.name().to_string(), false, |x| x.seconds));
+                    if m != Method::BaselineBlind {
+                        s.push(line(format!("{} bandwidth floor", m.name()), true, |x| x.floor_s));
                     }
-                    s.push(plot::Series {
-                        label: format!("{} bandwidth floor", m.name()),
-                        color: c,
-                        dashed: true,
-                        points: plot::points(
-                            &r,
-                            |x| x.method == m,
-                            |x| x.byzantine as f64,
-                            |x| x.floor_s,
-                        ),
-                    });
                 }
                 s
             }

@@ -133,6 +133,10 @@ fn draw_inner(
         .x_desc(x_label)
         .y_desc("sync time (s)")
         .x_label_formatter(&|v| {
+            // Linear axes label whole numbers only (peers, liars).
+            if !log_x && (v - v.round()).abs() > 0.01 {
+                return String::new();
+            }
             let x = if log_x { 10f64.powf(*v) } else { *v };
             if x >= 1e6 {
                 format!("{:.1}M", x / 1e6)
@@ -144,7 +148,7 @@ fn draw_inner(
         })
         .label_style((FONT, 16))
         .draw()?;
-    for s in series {
+    for s in series.iter().filter(|s| !s.points.is_empty()) {
         let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
         let style = ShapeStyle { color: s.color.to_rgba(), filled: true, stroke_width: 2 };
         if s.dashed {
