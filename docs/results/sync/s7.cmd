@@ -1,1 +1,1 @@
-s7: /work/target-netlab/release/bavl-synclab run --exp s7,cpu --capacity 1024 --reps 3 --out docs/results/sync (2026-11-23T13:52:50Z)
+s7: /work/target-netlab/release/bavl-synclab run --exp s7,cpu --capacity 1024 --reps 3 --out docs/results/sync (2026-11-23T14:07:37Z)
