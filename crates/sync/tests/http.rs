@@ -179,11 +179,7 @@ fn syncs_from_server_mirror_and_liars() {
         };
         let mut done = http::download(snap.root_hash(), version, &cfg, &mut |_, _, _| {}).unwrap();
         assert_eq!(done.tree.root_hash(), snap.root_hash());
-        assert_eq!(
-            done.sources[1].stats.chunks,
-            snap.chunk_count() as u64,
-            "the mirror served all"
-        );
+        assert_eq!(done.sources[1].stats.chunks, snap.chunk_count(), "the mirror served all");
         assert!(matches!(done.events[..], [SourceEvent::Banned { source, .. }] if source.0 == 0));
     }
     std::fs::remove_dir_all(&dir).ok();
