@@ -7,38 +7,12 @@
 //! skipped with a warning; the JSON and CSV are unaffected.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use anyhow::{anyhow, Result};
+use bavl_plotfont::FONT;
 use plotters::prelude::*;
-use plotters::style::{register_font, FontStyle};
 
 use crate::measure::CapacityResult;
-
-const FONT: &str = "sans-serif";
-const FONT_PATHS: [&str; 4] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-];
-
-/// Registers a font once per process.
-fn ensure_font() -> Result<()> {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let env = std::env::var("BAVL_BENCH_FONT").ok();
-        let path =
-            env.iter().map(String::as_str).chain(FONT_PATHS).find(|p| Path::new(p).is_file());
-        let path = path.ok_or("no TrueType font found (set BAVL_BENCH_FONT)")?;
-        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        register_font(FONT, FontStyle::Normal, bytes)
-            .map_err(|_| format!("{path}: not a usable font"))
-    })
-    .clone()
-    .map_err(|e| anyhow!(e))
-}
 
 /// A figure of one capacity's results.
 type Figure = fn(&CapacityResult) -> f64;
@@ -111,7 +85,7 @@ pub fn plot(
     default_capacity: u32,
     title: &str,
 ) -> Result<()> {
-    ensure_font()?;
+    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
     if sweep.is_empty() {
         return Err(anyhow!("empty sweep"));
     }
@@ -226,7 +200,7 @@ pub struct Series {
 /// Draws throughput against time, one panel per series (same axes), checkpoint intervals
 /// shaded (lighter where their end is uncertain).
 pub fn plot_series(path: &Path, series: &[Series], title: &str) -> Result<()> {
-    ensure_font()?;
+    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
     if series.is_empty() {
         return Err(anyhow!("no series"));
     }

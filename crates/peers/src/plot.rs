@@ -7,27 +7,10 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
+use bavl_plotfont::FONT;
 use plotters::prelude::*;
-use plotters::style::{register_font, FontStyle};
 
 use crate::report::Outcome;
-
-const FONT: &str = "sans-serif";
-const FONT_PATHS: [&str; 4] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-];
-
-fn ensure_font() -> Result<()> {
-    let env = std::env::var("BAVL_BENCH_FONT").ok();
-    let path = env.iter().map(String::as_str).chain(FONT_PATHS).find(|p| Path::new(p).is_file());
-    let path = path.ok_or_else(|| anyhow!("no TrueType font found (set BAVL_BENCH_FONT)"))?;
-    let bytes = std::fs::read(path)?;
-    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    register_font(FONT, FontStyle::Normal, bytes).map_err(|_| anyhow!("{path}: not a usable font"))
-}
 
 fn color(o: &Outcome) -> RGBColor {
     if o.name == "bavl" {
@@ -220,7 +203,7 @@ fn draw(path: &Path, stores: &[&Outcome], title: &str) -> Result<(), E> {
 /// Draws the report's stores into `path`. Blue: bavl; orange: durable peers; grey: the
 /// in-memory jmt and the floor.
 pub fn plot(path: &Path, stores: &[&Outcome], title: &str) -> Result<()> {
-    ensure_font()?;
+    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
     if stores.is_empty() {
         return Err(anyhow!("no store ran"));
     }

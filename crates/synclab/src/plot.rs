@@ -5,27 +5,10 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
+use bavl_plotfont::FONT;
 use plotters::prelude::*;
-use plotters::style::{register_font, FontStyle};
 
 use crate::runner::{Method, Row};
-
-const FONT: &str = "sans-serif";
-const FONT_PATHS: [&str; 4] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-];
-
-fn ensure_font() -> Result<()> {
-    let env = std::env::var("BAVL_BENCH_FONT").ok();
-    let path = env.iter().map(String::as_str).chain(FONT_PATHS).find(|p| Path::new(p).is_file());
-    let path = path.ok_or_else(|| anyhow!("no TrueType font found (set BAVL_BENCH_FONT)"))?;
-    let bytes = std::fs::read(path)?;
-    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    register_font(FONT, FontStyle::Normal, bytes).map_err(|_| anyhow!("{path}: not a usable font"))
-}
 
 /// One line: a label, a colour, whether dashed, and (x, y) points.
 pub struct Series {
@@ -99,7 +82,7 @@ pub fn standard(rows: &[Row], x: impl Fn(&Row) -> f64 + Copy, byz: &[usize]) -> 
 
 /// Draws the series; `log_x` for sizes.
 pub fn draw(path: &Path, title: &str, x_label: &str, series: &[Series], log_x: bool) -> Result<()> {
-    ensure_font()?;
+    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
     draw_inner(path, title, x_label, series, log_x).map_err(|e| anyhow!("plotting: {e}"))
 }
 

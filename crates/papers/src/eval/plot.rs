@@ -6,46 +6,22 @@
 //! the plots are skipped with a warning; CSV, Markdown and JSON are unaffected.
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use anyhow::{anyhow, Result};
+use bavl_plotfont::FONT;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::{register_font, FontStyle};
 
 use super::measure::quantile;
 use super::report::ORDER;
 use super::{Options, Results};
 
-const FONT: &str = "sans-serif";
-const FONT_PATHS: [&str; 4] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-];
 const COLORS: [RGBColor; 4] = [
     RGBColor(120, 120, 120),
     RGBColor(214, 120, 20),
     RGBColor(40, 150, 60),
     RGBColor(31, 102, 181),
 ];
-
-fn ensure_font() -> Result<()> {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let env = std::env::var("BAVL_BENCH_FONT").ok();
-        let path =
-            env.iter().map(String::as_str).chain(FONT_PATHS).find(|p| Path::new(p).is_file());
-        let path = path.ok_or("no TrueType font found (set BAVL_BENCH_FONT)")?;
-        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        register_font(FONT, FontStyle::Normal, bytes)
-            .map_err(|_| format!("{path}: not a usable font"))
-    })
-    .clone()
-    .map_err(|e| anyhow!(e))
-}
 
 fn e<E: std::fmt::Display>(err: E) -> anyhow::Error {
     anyhow!("{err}")
@@ -315,7 +291,7 @@ fn space_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
 
 /// Draws `perf.png`, `proof-size.png` and `space.png` into the output directory.
 pub fn all(o: &Options, r: &Results) -> Result<()> {
-    ensure_font()?;
+    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
     perf_png(&o.out_dir.join("perf.png"), o, r)?;
     proof_png(&o.out_dir.join("proof-size.png"), o, r)?;
     space_png(&o.out_dir.join("space.png"), o, r)
