@@ -419,7 +419,9 @@ fn attempt<T: Transport>(t: &T, cfg: &Config, live: &[usize]) -> (Record, Attemp
     // A peer all of whose workers failed is out; one that served and failed once is kept.
     rec.dead.extend(dead.into_iter().filter(|p| rec.attempt.served[*p] == 0));
     rec.attempt.download_s = t0.elapsed().as_secs_f64();
-    let mut stream = Vec::with_capacity(meta.total_bytes as usize);
+    // Sized by what arrived, not by the peer's claim (`total_bytes` is untrusted).
+    let arrived: usize = slots.iter().map(|s| lock(s).as_ref().map_or(0, |b| b.len())).sum();
+    let mut stream = Vec::with_capacity(arrived);
     for slot in &slots {
         match lock(slot).take() {
             Some(b) => {
