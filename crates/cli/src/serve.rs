@@ -46,7 +46,7 @@ pub const SERVE_HELP: &str = "Examples:
 
 Paths: /v1/snapshots/index.json, /v1/snapshots/V/manifest.json, /v1/chunks/ROOT/I (chunks
 are immutable: Cache-Control: public, max-age=31536000, immutable). Served from O(1)
-snapshots; each version's manifest is computed once, on its first request. Runs until
+snapshots; each version's manifest is computed once, before `serving` is printed. Runs until
 killed. Prints `serving http://ADDR` on stdout once listening.
 
 Exit status: 2 bad arguments, no store there, or the address cannot be bound; 3 the store
@@ -62,6 +62,10 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             for &v in &versions {
                 let snap = store.snapshot(v).map_err(|e| crate::store_cmds::store_error(db, e))?;
                 catalog.publish(v, snap);
+                // Computed now, not on the first request: every syncing node asks for it
+                // first, and ten peers computing it at once on a small machine held the
+                // first chunk back by 0.2 s (docs/sync-protocol.md §8).
+                catalog.manifest_json(v);
             }
             let what = format!(
                 "versions {versions:?} of {} (newest root {})",

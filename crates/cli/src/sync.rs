@@ -2,12 +2,13 @@
 //! `bavl serve`, static mirrors of `bavl export`), verifying every chunk against the
 //! trusted root, and writes it durably as a new store.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use bavl_store::{Options as StoreOptions, Store};
+use bavl_store::Store;
 use bavl_sync::http::{self, BaseUrl, DownloadError, SourceEvent, SyncConfig};
 use bavl_sync::{Health, Options, SourceReport, Status, SyncError, Syncer};
 use serde_json::{json, Value};
@@ -60,6 +61,11 @@ pub struct SyncArgs {
     /// default the first of two copies to verify wins, against slow sources).
     #[arg(long)]
     no_speculate: bool,
+    /// Write a line of progress to FILE about ten times a second (CSV: seconds, chunks
+    /// verified, total, requests in flight, chunks being verified, bytes buffered, bytes
+    /// fetched), to see where a sync spends its time.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -99,6 +105,8 @@ struct Seen {
 /// Runs the sync; with `--json`, a summary is written whatever the outcome (`"ok": false`
 /// with the error and every source's outcome when it fails).
 pub fn run(args: &SyncArgs) -> Result<ExitCode> {
+    #[cfg(feature = "mimalloc")]
+    bavl_alloc::no_transparent_huge_pages();
     let start = Instant::now();
     let mut seen = Seen::default();
     let outcome = attempt(args, &mut seen);
@@ -170,8 +178,33 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         connect_timeout: Duration::from_secs(10),
     };
     let bar = progress_bar(args.quiet);
+    let mut trace = match &args.trace {
+        Some(path) => {
+            let mut f = std::fs::File::create(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            writeln!(f, "seconds,verified,total,in_flight,verifying,buffered_bytes,fetched_bytes")
+                .with_context(|| format!("writing {}", path.display()))?;
+            Some(std::io::BufWriter::new(f))
+        }
+        None => None,
+    };
+    let traced = Instant::now();
     let mut on_progress = |s: &Syncer, fetched: u64, ev: &[SourceEvent]| {
         update_bar(&bar, s, fetched, ev);
+        if let Some(t) = trace.as_mut() {
+            let st = s.status();
+            // A trace line that cannot be written is not worth failing the sync for.
+            let _ = writeln!(
+                t,
+                "{:.3},{},{},{},{},{},{fetched}",
+                traced.elapsed().as_secs_f64(),
+                st.verified,
+                st.total.unwrap_or(0),
+                st.in_flight,
+                st.verifying,
+                st.buffered
+            );
+        }
         seen.sources = s.sources();
         seen.status = Some(s.status());
         seen.events = ev.to_vec();
@@ -179,6 +212,9 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
     };
     let result = http::download(root, args.version, &cfg, &mut on_progress);
     bar.finish_and_clear();
+    if let Some(mut t) = trace.take() {
+        let _ = t.flush();
+    }
     let done = match result {
         Ok(d) => d,
         Err(DownloadError::Sync(e)) => return Ok(Err(e)),
@@ -188,9 +224,9 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
     if tree.root_hash() != root {
         bail!("the rebuilt tree's root differs from --root (a bug: every chunk verified)");
     }
-    write_store(&args.db, &mut tree, args.version)?;
-    std::fs::remove_file(&resume)
-        .with_context(|| format!("removing the resume file {}", resume.display()))?;
+    let written = Instant::now();
+    write_store(&args.db, &mut tree, done.checkpoint.as_deref(), args.version)?;
+    let write_s = written.elapsed().as_secs_f64();
     for e in &done.events {
         eprintln!("{}", describe(e, &sources));
     }
@@ -212,7 +248,7 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         "ok": true, "db": args.db.display().to_string(), "version": args.version,
         "root": hex::encode(root), "keys": tree.len(), "chunks": done.status.total,
         "fetched": done.fetched, "resumed": done.resumed, "fetched_bytes": done.fetched_bytes,
-        "seconds": secs, "mb_per_s": mbps, "refetches": done.status.refetches,
+        "seconds": secs, "mb_per_s": mbps, "write_s": write_s, "refetches": done.status.refetches,
         "speculative": done.status.speculative, "peak_buffered_bytes": done.status.peak_buffered,
         "banned": banned, "sources": sources_json(&done.sources, &sources),
     })))
@@ -288,21 +324,29 @@ fn ensure_empty(db: &Path) -> Result<()> {
     }
 }
 
-/// Writes the tree as a store in `PATH.partial`, checks it opens at the version and root,
-/// then renames it to `db` (atomic: `db` is either absent or the whole store).
-fn write_store(db: &Path, tree: &mut bavl_core::Tree, version: u64) -> Result<()> {
+/// Makes the store in `PATH.partial`, then renames it to `db` (atomic: `db` is either
+/// absent or the whole store). With the sealed resume file (`checkpoint`), that file
+/// becomes the store's checkpoint: it was filled with the verified chunks while they
+/// arrived, so nothing is written again. Otherwise the tree is written. The store is not
+/// reopened to check it: every chunk was verified against the trusted root, the rebuilt
+/// root was compared, and opening the store (or `bavl check --db`) verifies every chunk
+/// of its checkpoint again.
+fn write_store(
+    db: &Path,
+    tree: &mut bavl_core::Tree,
+    checkpoint: Option<&Path>,
+    version: u64,
+) -> Result<()> {
     let partial = sibling(db, "partial");
     if partial.exists() {
         std::fs::remove_dir_all(&partial)
             .with_context(|| format!("removing the left-over {}", partial.display()))?;
     }
-    Store::create_from_tree(&partial, tree, version).map_err(|e| store_error(&partial, e))?;
-    let store =
-        Store::open(&partial, StoreOptions::default()).map_err(|e| store_error(&partial, e))?;
-    if store.version() != version || store.root() != tree.root_hash() {
-        bail!("the written store does not open at version {version} with the synced root");
+    match checkpoint {
+        Some(file) => Store::adopt_checkpoint(&partial, file, version),
+        None => Store::create_from_tree(&partial, tree, version),
     }
-    store.close().map_err(|e| store_error(&partial, e))?;
+    .map_err(|e| store_error(&partial, e))?;
     if db.exists() {
         std::fs::remove_dir(db).with_context(|| format!("removing the empty {}", db.display()))?;
     }

@@ -47,8 +47,8 @@ pub use error::{DecodeError, Error, InputError, ProofError, RestoreError};
 pub use hash::Blake3;
 pub use hash::{Digest, Hasher, Sha256, FORMAT_VERSION};
 pub use proof::{
-    verify_absence, verify_chunk, verify_membership, verify_range, VerifiedAbsence, VerifiedChunk,
-    VerifiedMembership, VerifiedRange,
+    verify_absence, verify_chunk, verify_chunk_unindexed, verify_membership, verify_range,
+    VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange,
 };
 pub use restore::{Progress, Restore};
 pub use snapshot::{Iter, Snapshot};

@@ -165,6 +165,37 @@ fn verified_chunks_report_their_place() {
     assert_eq!(keys_before, snap.len());
 }
 
+#[test]
+fn unindexed_chunks_say_which_they_are_and_restore_in_any_order() {
+    let mut tree = build(6, 400, 11);
+    let snap = tree.snapshot();
+    let root = snap.root_hash();
+    let mut order: Vec<u64> = (0..snap.chunk_count()).collect();
+    order.shuffle(&mut SmallRng::seed_from_u64(3));
+    let mut r = Restore::<Sha256>::new(root);
+    for &i in &order {
+        let bytes = snap.export_chunk(i).unwrap();
+        let c = bavl_core::verify_chunk_unindexed::<Sha256>(&root, &bytes).unwrap();
+        assert_eq!(c.index, i);
+        // The same as verifying it at its index; any other index is refused.
+        let at = bavl_core::verify_chunk::<Sha256>(&root, i, &bytes).unwrap();
+        assert_eq!((at.index, at.keys_before), (c.index, c.keys_before));
+        let other = (i + 1) % snap.chunk_count();
+        assert!(matches!(
+            bavl_core::verify_chunk::<Sha256>(&root, other, &bytes),
+            Err(ProofError::WrongIndex { .. })
+        ));
+        // A flipped byte anywhere is refused.
+        let mut bad = bytes.clone();
+        let at = (i as usize * 7) % bad.len();
+        bad[at] ^= 0x20;
+        assert!(bavl_core::verify_chunk_unindexed::<Sha256>(&root, &bad).is_err());
+        r.add_verified(c.clone()).unwrap();
+        assert!(matches!(r.add_verified(c), Err(RestoreError::Duplicate(d)) if d == i));
+    }
+    assert_eq!(r.finish(6).unwrap().root_hash(), root);
+}
+
 #[cfg(feature = "blake3")]
 #[test]
 fn blake3_trees_prove_and_restore() {

@@ -19,8 +19,57 @@ use crate::pace::{Pacer, SLICE_BYTES};
 
 const MAGIC: &[u8; 8] = b"BAVLCKP1";
 const END_MAGIC: &[u8; 8] = b"BAVLEND1";
-const HEADER_LEN: usize = 8 + 8 + 32 + 4 + 8 + 8 + 4;
-const TRAILER_LEN: usize = 8 + 8 + 4;
+/// Length of a checkpoint's header.
+pub const HEADER_LEN: usize = 8 + 8 + 32 + 4 + 8 + 8 + 4;
+/// Length of a checkpoint's trailer.
+pub const TRAILER_LEN: usize = 8 + 8 + 4;
+
+/// A checkpoint's header. A file being filled (by `bavl sync`) starts with the counts at
+/// zero and gets its final header when complete.
+pub fn encode_header(
+    version: u64,
+    root: &Digest,
+    capacity: u32,
+    keys: u64,
+    chunks: u64,
+) -> Vec<u8> {
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&version.to_le_bytes());
+    header.extend_from_slice(root);
+    header.extend_from_slice(&capacity.to_le_bytes());
+    header.extend_from_slice(&keys.to_le_bytes());
+    header.extend_from_slice(&chunks.to_le_bytes());
+    let crc = crc32fast::hash(&header);
+    header.extend_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// The version and root a header names, if it is a checkpoint header with a valid
+/// checksum (whatever its counts).
+pub fn decode_header_identity(bytes: &[u8]) -> Option<(u64, Digest)> {
+    let h = bytes.get(..HEADER_LEN)?;
+    if &h[..8] != MAGIC
+        || crc32fast::hash(&h[..HEADER_LEN - 4]).to_le_bytes() != h[HEADER_LEN - 4..]
+    {
+        return None;
+    }
+    Some((u64::from_le_bytes(h[8..16].try_into().ok()?), h[16..48].try_into().ok()?))
+}
+
+/// The framing of one chunk record: its length, then the exported chunk.
+pub fn record_prefix(chunk: &[u8]) -> [u8; 4] {
+    (chunk.len() as u32).to_le_bytes()
+}
+
+/// A checkpoint's trailer.
+pub fn encode_trailer(chunks: u64) -> Vec<u8> {
+    let mut trailer = END_MAGIC.to_vec();
+    trailer.extend_from_slice(&chunks.to_le_bytes());
+    let crc = crc32fast::hash(&trailer);
+    trailer.extend_from_slice(&crc.to_le_bytes());
+    trailer
+}
 
 /// What writing a checkpoint did.
 #[derive(Debug, Clone)]
@@ -48,15 +97,7 @@ pub fn write(
     let file = backend.create(&tmp).ctx(|| format!("creating {tmp}"))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     let count = snap.chunk_count();
-    let mut header = Vec::with_capacity(HEADER_LEN);
-    header.extend_from_slice(MAGIC);
-    header.extend_from_slice(&version.to_le_bytes());
-    header.extend_from_slice(&snap.root_hash());
-    header.extend_from_slice(&snap.capacity().to_le_bytes());
-    header.extend_from_slice(&snap.len().to_le_bytes());
-    header.extend_from_slice(&count.to_le_bytes());
-    let crc = crc32fast::hash(&header);
-    header.extend_from_slice(&crc.to_le_bytes());
+    let header = encode_header(version, &snap.root_hash(), snap.capacity(), snap.len(), count);
     let werr = |e: io::Error| StoreError::io(format!("writing {tmp}"), e);
     w.write_all(&header).map_err(werr)?;
     let mut bytes = header.len() as u64;
@@ -72,7 +113,7 @@ pub fn write(
             return Ok(None);
         }
         let chunk = snap.export_chunk(i).expect("index below the chunk count");
-        w.write_all(&(chunk.len() as u32).to_le_bytes()).map_err(werr)?;
+        w.write_all(&record_prefix(&chunk)).map_err(werr)?;
         w.write_all(&chunk).map_err(werr)?;
         bytes += 4 + chunk.len() as u64;
         if sliced && bytes - synced >= SLICE_BYTES {
@@ -83,10 +124,7 @@ pub fn write(
             synced = bytes;
         }
     }
-    let mut trailer = END_MAGIC.to_vec();
-    trailer.extend_from_slice(&count.to_le_bytes());
-    let crc = crc32fast::hash(&trailer);
-    trailer.extend_from_slice(&crc.to_le_bytes());
+    let trailer = encode_trailer(count);
     w.write_all(&trailer).map_err(werr)?;
     bytes += trailer.len() as u64;
     let mut file = w.into_inner().map_err(|e| werr(e.into_error()))?;
@@ -113,8 +151,43 @@ pub struct Header {
     pub chunks: u64,
 }
 
+/// Reads the header of the checkpoint file at `path` (nothing else: the chunks are
+/// verified when the store opens). A header with zero counts (a file still being filled)
+/// or one that does not check is `Corrupted`.
+pub fn read_header_file(path: &std::path::Path) -> Result<Header, StoreError> {
+    let name = path.display().to_string();
+    let mut h = [0u8; HEADER_LEN];
+    let mut f = std::fs::File::open(path).ctx(|| format!("opening {name}"))?;
+    f.read_exact(&mut h).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => StoreError::corrupted(&name, 0, "shorter than a header"),
+        _ => StoreError::io(format!("reading {name}"), e),
+    })?;
+    let header = parse_header(&h).ok_or_else(|| {
+        StoreError::corrupted(&name, 0, "not a checkpoint header, or its checksum fails")
+    })?;
+    if header.capacity == 0 {
+        return Err(StoreError::corrupted(&name, 48, "the header's counts are not filled in"));
+    }
+    Ok(header)
+}
+
+fn parse_header(h: &[u8; HEADER_LEN]) -> Option<Header> {
+    let (version, root) = decode_header_identity(h)?;
+    let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8"));
+    Some(Header {
+        version,
+        root,
+        capacity: u32::from_le_bytes(h[48..52].try_into().expect("4")),
+        keys: u64_at(52),
+        chunks: u64_at(60),
+    })
+}
+
 /// Reads and verifies the checkpoint `name`, rebuilding its tree. Every chunk is checked
 /// against the header's root; any mismatch, truncation or malformation is `Corrupted`.
+/// The chunks may come in any order (a store writes them in index order, `bavl sync` as
+/// they arrived): each one's index is derived from its proof, and a duplicate is
+/// `Corrupted` like a missing one.
 pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreError> {
     let len = backend.file_len(name).ctx(|| format!("reading {name}"))?;
     let r = backend.open_read(name).ctx(|| format!("opening {name}"))?;
@@ -131,17 +204,8 @@ pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreEr
     if &h[..8] != MAGIC {
         return Err(corrupt(0, "bad checkpoint magic"));
     }
-    if crc32fast::hash(&h[..HEADER_LEN - 4]).to_le_bytes() != h[HEADER_LEN - 4..] {
-        return Err(corrupt(HEADER_LEN as u64 - 4, "checkpoint header checksum mismatch"));
-    }
-    let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8"));
-    let header = Header {
-        version: u64_at(8),
-        root: h[16..48].try_into().expect("32"),
-        capacity: u32::from_le_bytes(h[48..52].try_into().expect("4")),
-        keys: u64_at(52),
-        chunks: u64_at(60),
-    };
+    let header = parse_header(&h)
+        .ok_or_else(|| corrupt(HEADER_LEN as u64 - 4, "checkpoint header checksum mismatch"))?;
     let mut restore = Restore::<Sha256>::new(header.root);
     let mut offset = HEADER_LEN as u64;
     let mut chunk = Vec::new();
@@ -154,9 +218,11 @@ pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreEr
         }
         chunk.resize(clen as usize, 0);
         read_exact(&mut chunk, offset + 4)?;
+        let verified = bavl_core::verify_chunk_unindexed::<Sha256>(&header.root, &chunk)
+            .map_err(|e| corrupt(offset + 4, &format!("chunk record {i}: {e}")))?;
         restore
-            .add_chunk(i, &chunk)
-            .map_err(|e| corrupt(offset + 4, &format!("chunk {i}: {e}")))?;
+            .add_verified(verified)
+            .map_err(|e| corrupt(offset + 4, &format!("chunk record {i}: {e}")))?;
         offset += 4 + clen;
     }
     let mut t = [0u8; TRAILER_LEN];

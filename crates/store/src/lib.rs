@@ -302,6 +302,56 @@ impl Store {
         meta::write_head(&backend, version)
     }
 
+    /// Makes a new store at `dir` whose only version is `version`, from a complete
+    /// checkpoint file written elsewhere (by `bavl sync`, which fills one as chunks arrive
+    /// and verify, in arrival order): writes the metadata, moves `file` into `dir` as the
+    /// checkpoint of `version` (a rename, or a copy across file systems), then `HEAD`,
+    /// each synced. Only the file's header is read here (it must be a checkpoint of
+    /// `version`); the caller vouches for the chunks, and `Store::open` verifies every one
+    /// against the header's root anyway. `dir` must not hold a store; on error, what was
+    /// written is left for the caller to remove.
+    pub fn adopt_checkpoint(
+        dir: impl AsRef<Path>,
+        file: impl AsRef<Path>,
+        version: u64,
+    ) -> Result<(), StoreError> {
+        let (dir, file) = (dir.as_ref(), file.as_ref());
+        let backend =
+            DirBackend::open(dir).ctx(|| format!("opening the store at {}", dir.display()))?;
+        let l = open::list(&backend)?;
+        if l.names.iter().any(|n| n == meta::META_FILE || n == meta::HEAD_FILE)
+            || !l.checkpoints.is_empty()
+            || !l.segments.is_empty()
+        {
+            return Err(StoreError::InvalidOption(format!(
+                "{} already holds a store",
+                dir.display()
+            )));
+        }
+        let header = checkpoint::read_header_file(file)?;
+        if header.version != version {
+            return Err(StoreError::corrupted(
+                &file.display().to_string(),
+                8,
+                format!("a checkpoint of version {}, not {version}", header.version),
+            ));
+        }
+        meta::write_meta(&backend, meta::Meta { capacity: header.capacity })?;
+        let target = dir.join(meta::checkpoint_name(version));
+        if let Err(e) = std::fs::rename(file, &target) {
+            if e.kind() != std::io::ErrorKind::CrossesDevices {
+                return Err(StoreError::io(format!("moving {} into the store", file.display()), e));
+            }
+            // Another file system: copy, sync, then remove the original.
+            std::fs::copy(file, &target)
+                .and_then(|_| std::fs::File::open(&target)?.sync_all())
+                .and_then(|()| std::fs::remove_file(file))
+                .ctx(|| format!("copying {} into the store", file.display()))?;
+        }
+        backend.sync_dir().ctx(|| format!("syncing {}", dir.display()))?;
+        meta::write_head(&backend, version)
+    }
+
     /// What opening found and did.
     pub fn recovery(&self) -> &Recovery {
         &self.recovery

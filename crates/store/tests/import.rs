@@ -66,3 +66,77 @@ fn empty_tree_imports() {
     drop(store);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A checkpoint file filled in any order (as `bavl sync` fills one) and sealed.
+fn shuffled_checkpoint(path: &std::path::Path, t: &mut Tree, version: u64, dup: bool) {
+    use bavl_store::checkpoint::{encode_header, encode_trailer, record_prefix};
+    let snap = t.snapshot();
+    let n = snap.chunk_count();
+    let mut order: Vec<u64> = (0..n).collect();
+    // A fixed permutation: odd indices descending, then even ones ascending.
+    order.sort_by_key(|i| if i % 2 == 1 { (0, u64::MAX - i) } else { (1, *i) });
+    if dup {
+        order[1] = order[0];
+    }
+    let mut file = encode_header(version, &snap.root_hash(), 0, 0, 0);
+    for i in order {
+        let c = snap.export_chunk(i).unwrap();
+        file.extend(record_prefix(&c));
+        file.extend(c);
+    }
+    file.extend(encode_trailer(n));
+    let head = encode_header(version, &snap.root_hash(), snap.capacity(), snap.len(), n);
+    file[..head.len()].copy_from_slice(&head);
+    std::fs::write(path, file).unwrap();
+}
+
+#[test]
+fn an_adopted_checkpoint_in_arrival_order_opens_at_its_version_and_root() {
+    let dir = temp("adopt");
+    let file = temp("adopt-file");
+    let mut t = tree(3000);
+    shuffled_checkpoint(&file, &mut t, 9, false);
+    Store::adopt_checkpoint(&dir, &file, 9).unwrap();
+    assert!(!file.exists(), "the file is moved into the store, not copied");
+    let store = Store::open(&dir, Options::default()).unwrap();
+    assert_eq!((store.version(), store.root(), store.capacity()), (9, t.root_hash(), 16));
+    assert_eq!(store.get(&5u32.to_be_bytes()), Some(&35u32.to_le_bytes()[..]));
+    drop(store);
+    let report = bavl_store::check::check(&bavl_store::DirBackend::open(&dir).unwrap()).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    // A second adoption into the same directory is refused.
+    shuffled_checkpoint(&file, &mut t, 9, false);
+    assert!(matches!(Store::adopt_checkpoint(&dir, &file, 9), Err(StoreError::InvalidOption(_))));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn adoption_refuses_a_wrong_version_or_unfinished_header_and_open_catches_a_repeat() {
+    let file = temp("adopt-bad-file");
+    let mut t = tree(2000);
+    shuffled_checkpoint(&file, &mut t, 5, false);
+    let dir = temp("adopt-bad-version");
+    assert!(matches!(Store::adopt_checkpoint(&dir, &file, 6), Err(StoreError::Corrupted { .. })));
+    // A header still at its zero counts: the file was never sealed.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let snap = t.snapshot();
+    let open = bavl_store::checkpoint::encode_header(5, &snap.root_hash(), 0, 0, 0);
+    bytes[..open.len()].copy_from_slice(&open);
+    std::fs::write(&file, &bytes).unwrap();
+    let dir2 = temp("adopt-unsealed");
+    assert!(matches!(Store::adopt_checkpoint(&dir2, &file, 5), Err(StoreError::Corrupted { .. })));
+    // One chunk twice (and so one missing): adopted (only the header is read), but the
+    // store refuses to open.
+    shuffled_checkpoint(&file, &mut t, 5, true);
+    let dir3 = temp("adopt-dup");
+    Store::adopt_checkpoint(&dir3, &file, 5).unwrap();
+    match Store::open(&dir3, Options::default()) {
+        Err(StoreError::Corrupted { what, .. }) => assert!(what.contains("chunk record"), "{what}"),
+        other => panic!("expected Corrupted, got {:?}", other.map(|s| s.version())),
+    }
+    for d in [dir, dir2, dir3] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    let _ = std::fs::remove_file(&file);
+}

@@ -44,7 +44,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            max_buffered_bytes: 64 << 20,
+            max_buffered_bytes: 128 << 20,
             max_chunk_bytes: 32 << 20,
             max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
             request_timeout: Duration::from_secs(30),

@@ -175,6 +175,18 @@ impl<H: Hasher> Syncer<H> {
         Ok(())
     }
 
+    /// [`Syncer::add_local_chunk`] for a chunk whose index the caller does not know (a
+    /// resume file's): the index is derived from the chunk's proof and returned.
+    pub fn add_local_chunk_unindexed(&mut self, body: &[u8]) -> Result<u64, bavl_core::Error> {
+        let vc = bavl_core::verify_chunk_unindexed::<H>(&self.root, body)?;
+        let index = vc.index;
+        if self.slots.get(index as usize).is_some_and(|s| s.done) {
+            return Err(bavl_core::RestoreError::Duplicate(index).into());
+        }
+        self.accept(vc, body.len() as u64)?;
+        Ok(index)
+    }
+
     /// Adds a source; it is asked for its manifest at once.
     pub fn add_source(&mut self, now: Duration) -> SourceId {
         self.now = self.now.max(now);

@@ -107,7 +107,8 @@ struct RunArgs {
     #[arg(long)]
     quick: bool,
     /// Experiments, comma-separated: s7 (issue §7 figures), size, chunk, peers, byz, cpu
-    /// (s7's honest runs with no link limits: what the CPUs allow), blind (s7's baseline
+    /// (s7's honest runs with no link limits: what the CPUs allow), honest (s7's honest bavl
+    /// run alone, for quick iterations), blind (s7's baseline
     /// with 1 and 4 liars when nobody is exposed and a random peer is dropped instead).
     #[arg(long, default_value = "s7,size,chunk,peers,byz", value_delimiter = ',')]
     exp: Vec<String>,
@@ -403,6 +404,7 @@ fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
                 }
             }
         }
+        "honest" => add(Method::Bavl, 1_000_000, cap, 10, 0),
         "blind" => {
             for b in [1, 4] {
                 add(Method::BaselineBlind, 1_000_000, cap, 10, b);
@@ -706,7 +708,6 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
         env.rtt_ms = s.rtt_ms.unwrap_or(args.rtt_ms);
         env.rate_mbit = s.rate_mbit.unwrap_or(args.rate_mbit);
         if lab != Some((env.rtt_ms, env.rate_mbit)) {
-            runner::wait_quiet();
             runner::lab_up(&env, max_peers)?;
             lab = Some((env.rtt_ms, env.rate_mbit));
         }

@@ -351,7 +351,7 @@ fn run_client(
             for i in 0..s.peers {
                 cmd.arg("--peer").arg(format!("http://{}", peer_addr(i)));
             }
-            cmd.arg("--json").arg(&json);
+            cmd.arg("--json").arg(&json).arg("--trace").arg(cdir.join("trace.csv"));
         }
         Method::Baseline | Method::BaselineBlind => {
             cmd.arg(&env.synclab).arg("fetch-baseline");
@@ -450,27 +450,13 @@ fn run_client(
     })
 }
 
-/// Waits while the lead benchmarks (`/tmp/bavl-quiet` exists; see `/tmp/q`).
-pub fn wait_quiet() {
-    let mut said = false;
-    while Path::new("/tmp/bavl-quiet").exists() {
-        if !said {
-            eprintln!("synclab: /tmp/bavl-quiet exists: waiting");
-            said = true;
-        }
-        std::thread::sleep(Duration::from_secs(5));
-    }
-}
-
 /// Runs `reps` repetitions of one configuration (servers started once).
 pub fn run_setup(env: &Env, s: &Setup, reps: u32) -> Result<Vec<Row>> {
     let info = state::ensure(&env.state_dir(s.keys, s.capacity), s.keys, s.capacity)?;
-    wait_quiet();
     let servers = start_servers(env, s, &info)?;
     let pids: Vec<u32> = servers.0.iter().map(Child::id).collect();
     let mut rows = Vec::new();
     for rep in 0..reps {
-        wait_quiet();
         let row = run_client(env, s, &info, rep, &pids)?;
         eprintln!(
             "synclab: {} {} keys={} cap={} peers={} byz={} rep={}: {} {:.2} s (floor {:.2} s), {} attempt(s), {:.0} MB, rss {:.0} MB, cpu client {:.1} s servers {:.1} s proxies {:.1} s, busy {:.2} cores {}",

@@ -14,8 +14,8 @@
 mod verify;
 
 pub use verify::{
-    verify_absence, verify_chunk, verify_membership, verify_range, VerifiedAbsence, VerifiedChunk,
-    VerifiedMembership, VerifiedRange,
+    verify_absence, verify_chunk, verify_chunk_unindexed, verify_membership, verify_range,
+    VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange,
 };
 
 use std::ops::Bound;

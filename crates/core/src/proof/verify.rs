@@ -419,6 +419,20 @@ pub fn verify_chunk<H: Hasher>(
     index: u64,
     bytes: &[u8],
 ) -> Result<VerifiedChunk, ProofError> {
+    let c = verify_chunk_unindexed::<H>(root, bytes)?;
+    if c.index != index {
+        return Err(ProofError::WrongIndex { expected: index, found: c.index });
+    }
+    Ok(c)
+}
+
+/// Verifies exported chunk bytes as *some* chunk of the tree with root `root`, and says
+/// which: the index is derived from the proof (the keys and chunks of the subtrees to its
+/// left), so it is as trustworthy as the rest. For files that hold chunks in any order.
+pub fn verify_chunk_unindexed<H: Hasher>(
+    root: &Digest,
+    bytes: &[u8],
+) -> Result<VerifiedChunk, ProofError> {
     let w = walk::<H>(root, kind::CHUNK, bytes, None, true)?;
     let mut chunks = w.chunks;
     let (Some(c), true) = (chunks.pop(), chunks.is_empty()) else {
@@ -427,11 +441,8 @@ pub fn verify_chunk<H: Hasher>(
     let (true, Some(chunk), Some(key_height)) = (c.full, c.chunk, w.key_height) else {
         return Err(ProofError::Structure("a chunk proof expands every entry of its chunk"));
     };
-    if c.index != index {
-        return Err(ProofError::WrongIndex { expected: index, found: c.index });
-    }
     Ok(VerifiedChunk {
-        index,
+        index: c.index,
         chunk_count: w.chunk_count,
         key_count: w.key_count,
         keys_before: c.keys_before,

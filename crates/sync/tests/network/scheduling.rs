@@ -102,18 +102,21 @@ fn killed_sync_resumes_from_its_file() {
     first.run_until_accepted(100);
     let root = first.world.truth.root_hash();
     let mut file = resume::header(&root, VERSION);
-    for (index, _, body) in &first.log.accepted {
-        file.extend(resume::record(*index, body));
+    for (_, _, body) in &first.log.accepted {
+        file.extend(resume::record(body));
     }
-    file.extend(&resume::record(999, b"torn by the kill")[..9]);
+    file.extend(&resume::record(b"torn by the kill")[..9]);
     let held: Vec<u64> = first.log.accepted.iter().map(|(i, _, _)| *i).collect();
 
     let read = resume::read(&file, &root, VERSION).unwrap();
     assert_eq!(read.chunks.len(), held.len());
     let mut syncer = Syncer::new(root, VERSION, small_opts()).unwrap();
-    for (index, body) in &read.chunks {
-        syncer.add_local_chunk(*index, body).unwrap();
+    for ((_, body), want) in read.chunks.iter().zip(&held) {
+        // The index comes from the chunk's own proof.
+        assert_eq!(syncer.add_local_chunk_unindexed(body).unwrap(), *want);
     }
+    // Again: a duplicate, refused.
+    assert!(syncer.add_local_chunk_unindexed(read.chunks[0].1).is_err());
     let mut second = Sim::new(World::new(3000, 16), syncer, small_opts().max_buffered_bytes, 10);
     second.add(SimSource::new(Behaviour::Honest, 5, 1_000_000));
     let log = second.run();
