@@ -29,8 +29,9 @@ pub struct SyncArgs {
     /// A source's base URL (http://host:port[/path]); repeat for more.
     #[arg(long = "peer", value_name = "URL", required = true, num_args = 1..)]
     peers: Vec<String>,
-    /// Resume file (default: PATH.sync-resume beside the store); kept until the store is
-    /// written, so a killed sync continues where it stopped.
+    /// Resume file (default: PATH.sync-resume beside the store; best on the same file
+    /// system, where it is renamed into the store rather than copied). A killed sync
+    /// continues where it stopped.
     #[arg(long, value_name = "FILE")]
     resume: Option<PathBuf>,
     /// Write a JSON summary to FILE (also when the sync fails: `"ok": false`, the reason
@@ -79,8 +80,10 @@ pub const SYNC_HELP: &str = "Examples:
 Every chunk is verified against --root alone; a source is banned at its first invalid
 answer (bad chunk, lying manifest, over-long, stalled or garbage body) and its chunks are
 fetched elsewhere. Chunks are appended to the resume file as they verify: run the same
-command again after a kill and only the missing chunks are fetched. At the end the tree is
-rebuilt, its root checked, and written as a new store at --db (open it at --version).
+command again after a kill and only the missing chunks are fetched. The resume file is the
+new store's checkpoint being filled: at the end the tree is rebuilt, its root checked, and
+the file sealed and moved into --db, which opens at --version (the state is written once,
+while it downloads).
 
 With --json FILE the summary is written whatever happens: \"ok\": true with the totals, or
 \"ok\": false with \"reason\" (no_sources, chunk_too_large, restore, error), \"error\" and

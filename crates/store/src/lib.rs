@@ -286,16 +286,7 @@ impl Store {
         let dir = dir.as_ref();
         let backend =
             DirBackend::open(dir).ctx(|| format!("opening the store at {}", dir.display()))?;
-        let l = open::list(&backend)?;
-        if l.names.iter().any(|n| n == meta::META_FILE || n == meta::HEAD_FILE)
-            || !l.checkpoints.is_empty()
-            || !l.segments.is_empty()
-        {
-            return Err(StoreError::InvalidOption(format!(
-                "{} already holds a store",
-                dir.display()
-            )));
-        }
+        ensure_no_store(&backend, dir)?;
         meta::write_meta(&backend, meta::Meta { capacity: tree.capacity() })?;
         let never = AtomicBool::new(false);
         checkpoint::write(&backend, version, &tree.snapshot(), &never, None)?;
@@ -318,16 +309,7 @@ impl Store {
         let (dir, file) = (dir.as_ref(), file.as_ref());
         let backend =
             DirBackend::open(dir).ctx(|| format!("opening the store at {}", dir.display()))?;
-        let l = open::list(&backend)?;
-        if l.names.iter().any(|n| n == meta::META_FILE || n == meta::HEAD_FILE)
-            || !l.checkpoints.is_empty()
-            || !l.segments.is_empty()
-        {
-            return Err(StoreError::InvalidOption(format!(
-                "{} already holds a store",
-                dir.display()
-            )));
-        }
+        ensure_no_store(&backend, dir)?;
         let header = checkpoint::read_header_file(file)?;
         if header.version != version {
             return Err(StoreError::corrupted(
@@ -676,5 +658,17 @@ fn delete_obsolete(backend: &dyn Backend, version: u64) -> Result<(), StoreError
     }
     backend.sync_dir().ctx(|| "syncing the directory after deleting old files".into())?;
     debug_assert!(!doomed.contains(&checkpoint_name(version)));
+    Ok(())
+}
+
+/// Refuses a directory that already holds (part of) a store.
+fn ensure_no_store(backend: &DirBackend, dir: &Path) -> Result<(), StoreError> {
+    let l = open::list(backend)?;
+    if l.names.iter().any(|n| n == meta::META_FILE || n == meta::HEAD_FILE)
+        || !l.checkpoints.is_empty()
+        || !l.segments.is_empty()
+    {
+        return Err(StoreError::InvalidOption(format!("{} already holds a store", dir.display())));
+    }
     Ok(())
 }

@@ -65,8 +65,8 @@ pub struct Row {
     pub rate_mbit: f64,
     pub rep: u32,
     pub ok: bool,
-    /// Spawn to exit of the syncing process (bavl: download, verify, rebuild, write and
-    /// reopen the store; baseline: every attempt, import, root check and the written file).
+    /// Spawn to exit of the syncing process (bavl: download, verify, rebuild, seal and
+    /// adopt the checkpoint as the store; baseline: every attempt, import, root check and the written file).
     pub seconds: f64,
     pub attempts: u32,
     pub fetched_bytes: u64,

@@ -1,1 +1,1 @@
-cpu: /work/target-netlab/release/bavl-synclab run --exp s7,cpu --capacity 1024 --reps 3 --out docs/results/sync (2026-11-23T14:07:37Z)
+cpu: target/release/bavl-synclab run --exp s7,cpu --reps 3 --capacity 1024 --out docs/results/sync --json docs/results/sync.json (2026-11-23T15:48:26Z)
