@@ -32,10 +32,15 @@ pub fn header(root: &Digest, version: u64) -> Vec<u8> {
     checkpoint::encode_header(version, root, 0, 0, 0)
 }
 
-/// One record.
+/// What precedes a record's body: its length.
+pub fn record_prefix(body: &[u8]) -> [u8; 4] {
+    checkpoint::record_prefix(body)
+}
+
+/// One record (prefix and body).
 pub fn record(body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&checkpoint::record_prefix(body));
+    out.extend_from_slice(&record_prefix(body));
     out.extend_from_slice(body);
     out
 }

@@ -168,11 +168,7 @@ impl<H: Hasher> Syncer<H> {
     /// first source is added.
     pub fn add_local_chunk(&mut self, index: u64, body: &[u8]) -> Result<(), bavl_core::Error> {
         let vc = bavl_core::verify_chunk::<H>(&self.root, index, body)?;
-        if self.slots.get(index as usize).is_some_and(|s| s.done) {
-            return Err(bavl_core::RestoreError::Duplicate(index).into());
-        }
-        self.accept(vc, body.len() as u64)?;
-        Ok(())
+        self.keep_local(vc, body.len() as u64)
     }
 
     /// [`Syncer::add_local_chunk`] for a chunk whose index the caller does not know (a
@@ -180,11 +176,17 @@ impl<H: Hasher> Syncer<H> {
     pub fn add_local_chunk_unindexed(&mut self, body: &[u8]) -> Result<u64, bavl_core::Error> {
         let vc = bavl_core::verify_chunk_unindexed::<H>(&self.root, body)?;
         let index = vc.index;
-        if self.slots.get(index as usize).is_some_and(|s| s.done) {
-            return Err(bavl_core::RestoreError::Duplicate(index).into());
-        }
-        self.accept(vc, body.len() as u64)?;
+        self.keep_local(vc, body.len() as u64)?;
         Ok(index)
+    }
+
+    /// Keeps a verified local chunk, unless it is already held.
+    fn keep_local(&mut self, vc: VerifiedChunk, len: u64) -> Result<(), bavl_core::Error> {
+        if self.slots.get(vc.index as usize).is_some_and(|s| s.done) {
+            return Err(bavl_core::RestoreError::Duplicate(vc.index).into());
+        }
+        self.accept(vc, len)?;
+        Ok(())
     }
 
     /// Adds a source; it is asked for its manifest at once.

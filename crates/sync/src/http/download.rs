@@ -382,9 +382,11 @@ impl Journal {
         if let Some(e) = self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
             return Err(self.err(e));
         }
-        let rec = resume::record(body);
-        self.file.write_all(&rec).map_err(|e| self.err(e))?;
-        self.unsynced += rec.len() as u64;
+        // The length, then the body as it is (no copy of the chunk into a record): a kill
+        // between the two writes leaves a record cut short, which resuming drops.
+        self.file.write_all(&resume::record_prefix(body)).map_err(|e| self.err(e))?;
+        self.file.write_all(body).map_err(|e| self.err(e))?;
+        self.unsynced += 4 + body.len() as u64;
         if self.unsynced >= SYNC_EVERY {
             self.unsynced = 0;
             if let Some((tx, _)) = &self.flusher {
