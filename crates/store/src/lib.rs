@@ -289,7 +289,7 @@ impl Store {
         ensure_no_store(&backend, dir)?;
         meta::write_meta(&backend, meta::Meta { capacity: tree.capacity() })?;
         let never = AtomicBool::new(false);
-        checkpoint::write(&backend, version, &tree.snapshot(), &never, None)?;
+        checkpoint::write(&backend, version, tree.snapshot(), &never, None)?;
         meta::write_head(&backend, version)
     }
 
@@ -500,7 +500,8 @@ impl Store {
         let handle = std::thread::Builder::new()
             .name("bavl-checkpoint".into())
             .spawn(move || {
-                let report = checkpoint::write(&*backend, version, &snap, &flag, Some(&pacer))?;
+                background_priority();
+                let report = checkpoint::write(&*backend, version, snap, &flag, Some(&pacer))?;
                 if report.is_some() {
                     meta::write_head(&*backend, head)?;
                     delete_obsolete(&*backend, version)?;
@@ -632,6 +633,18 @@ impl Drop for Store {
 
 /// Deletes checkpoints older than `version` and log segments holding only versions up
 /// to `version`, once the checkpoint of `version` is durable.
+/// Lowers the calling thread's CPU priority (nice 10), so that a checkpoint's encoding
+/// takes only CPU time the writer and its commit's hashing leave idle. On a machine with
+/// few cores it otherwise competes with the hashing of the commits it overlaps (measured:
+/// `docs/design.md` §8.7). Best effort: raising one's own niceness cannot fail on Linux,
+/// and elsewhere this does nothing.
+fn background_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
+    }
+}
+
 fn delete_obsolete(backend: &dyn Backend, version: u64) -> Result<(), StoreError> {
     let names = backend.list().ctx(|| "listing the store".into())?;
     let mut segments: Vec<u64> = Vec::new();

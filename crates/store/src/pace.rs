@@ -6,8 +6,8 @@
 //! `fdatasync` of every commit made meanwhile waits behind that burst (measured: 3 ms
 //! becomes 60 ms; `docs/results/store.json`). Paced, it advances in step with the log:
 //! after the log has grown by a fraction of the bytes it grew between the last two
-//! checkpoints, the same fraction of the chunks is written, and each slice is synced as
-//! it goes, so the disk never holds more than one slice of it unwritten. This is the idea
+//! checkpoints, the same fraction of the checkpoint's bytes is written, and each slice is
+//! synced as it goes, so the disk never holds more than one slice of it unwritten. This is the idea
 //! of PostgreSQL's `checkpoint_completion_target`. When the store is idle (no insert,
 //! remove or commit for [`IDLE`]), or someone waits for the checkpoint, it runs at full
 //! speed.
@@ -99,21 +99,21 @@ impl Pacer {
         self.budget > 0
     }
 
-    /// Waits until chunk `done` of `count` may be written, or `stop` is set, and says why
-    /// it went on.
-    pub fn wait(&self, done: u64, count: u64, stop: &AtomicBool) -> Go {
+    /// Waits until the bytes after the first `done` of `total` may be written, or `stop`
+    /// is set, and says why it went on.
+    pub fn wait(&self, done: u64, total: u64, stop: &AtomicBool) -> Go {
         if self.budget == 0 {
             return Go::Unpaced;
         }
-        // A few chunks may always run ahead, so the first slice starts at once.
-        let head_start = 64;
+        // One slice may always run ahead, so the first starts at once.
+        let head_start = SLICE_BYTES;
         let mut seen = (self.activity.events.load(Ordering::Relaxed), Instant::now());
         loop {
             if stop.load(Ordering::Relaxed) || self.activity.urgent.load(Ordering::Relaxed) {
                 return Go::Urgent;
             }
             let grown = self.activity.log_bytes().saturating_sub(self.log_start);
-            let allowed = (count as u128 * grown as u128 / self.budget as u128) as u64;
+            let allowed = (total as u128 * grown as u128 / self.budget as u128) as u64;
             if done < allowed.saturating_add(head_start) {
                 return Go::InStep;
             }
@@ -154,16 +154,17 @@ mod tests {
 
         let p = Pacer::new(a.clone(), CheckpointPace::Spread { fraction: 0.5 }, 2000);
         assert!(p.sliced());
-        // A budget of 1000 log bytes for 1000 chunks: after 500 bytes, chunks below
-        // 500 + 64 may go.
+        // A budget of 1000 log bytes for 1000 slices: after 500 log bytes, writes that
+        // start below 500 slices plus the head start of one may go.
+        let total = 1000 * SLICE_BYTES;
         a.logged(500);
-        assert_eq!(p.wait(563, 1000, &stop), Go::InStep);
+        assert_eq!(p.wait(501 * SLICE_BYTES - 1, total, &stop), Go::InStep);
         // Beyond that, with no activity, it waits for the idle time, then goes.
         let t = Instant::now();
-        assert_eq!(p.wait(564, 1000, &stop), Go::Idle);
+        assert_eq!(p.wait(501 * SLICE_BYTES, total, &stop), Go::Idle);
         assert!(t.elapsed() >= IDLE);
         stop.store(true, Ordering::Relaxed);
-        assert_eq!(p.wait(999, 1000, &stop), Go::Urgent);
+        assert_eq!(p.wait(total - 1, total, &stop), Go::Urgent);
     }
 
     #[test]
@@ -184,11 +185,12 @@ mod tests {
                 a.logged(600);
             })
         };
-        // Chunk 600 of 1000 needs 537 log bytes: it goes when they are logged, not
-        // earlier for idleness.
-        assert_eq!(p.wait(600, 1000, &stop), Go::InStep);
+        // Slice 600 of 1000 needs 600 - 1 (the head start) log bytes: it goes when they
+        // are logged, not earlier for idleness.
+        let total = 1000 * SLICE_BYTES;
+        assert_eq!(p.wait(600 * SLICE_BYTES, total, &stop), Go::InStep);
         writer.join().unwrap();
         a.urgent.store(true, Ordering::Relaxed);
-        assert_eq!(p.wait(999, 1000, &stop), Go::Urgent);
+        assert_eq!(p.wait(total - 1, total, &stop), Go::Urgent);
     }
 }
