@@ -7,30 +7,31 @@
 #   scripts/netlab.sh status                                namespaces, qdiscs, proxies
 #   scripts/netlab.sh exec HOST CMD...                      run CMD on host c or p1..pN
 #   scripts/netlab.sh verify [--out FILE] [--mb MB]         measure RTT and throughput
-#   scripts/netlab.sh install                               toxiproxy into target/tools
+#   scripts/netlab.sh install                               build the delay proxy (cargo)
 #
 # Topology: namespace `blsw` holds a bridge; `blc` (the syncing host, 10.77.0.1) and
 # `blp1`..`blpN` (serving hosts, 10.77.0.(10+i)) each hang off it on a veth pair. Peer i:
 #   - its server listens on 127.0.0.1:9000 inside blp<i> (the caller starts it there);
-#   - a toxiproxy in blp<i> listens on 10.77.0.(10+i):8080 and forwards to 127.0.0.1:9000
-#     with a latency toxic of RTT/2 on each direction (this kernel has no netem);
+#   - a delay proxy (`bavl-synclab delay`, crates/synclab/src/delay.rs) in blp<i> listens on
+#     10.77.0.(10+i):8080 and forwards to 127.0.0.1:9000, each direction's bytes delayed by
+#     RTT/2 (this kernel has no netem; the proxy was toxiproxy until it was found to use
+#     0.85 of the 2 cores' CPU-seconds in a 1.8 s sync, which the experiment needed);
 #   - tbf on blp<i>'s veth egress limits what the peer sends to RATE (the kernel's rate
 #     limit; the client's uplink is not limited).
 # So the client reaches peer i at http://10.77.0.(10+i):8080. `--rtt 25-100` spreads the
 # RTTs linearly over the peers (peer 1 the nearest). Idempotent: `up` first removes a lab
-# left by an earlier `up`. Needs root, iproute2 and Go (toxiproxy is built once with
-# `go install` into target/tools).
+# left by an earlier `up`. Needs root and iproute2; the proxy is built with cargo if
+# missing (BAVL_SYNCLAB names the bavl-synclab binary to use).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TOOLS="$ROOT/target/tools"
 STATE="$ROOT/target/netlab"
-TOXI="$TOOLS/toxiproxy-server"
-TOXI_VERSION="${TOXI_VERSION:-latest}"
+TARGET="${CARGO_TARGET_DIR:-target}"
+case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
+SYNCLAB="${BAVL_SYNCLAB:-$TARGET/release/bavl-synclab}"
 SUBNET="10.77.0"
 SERVE_PORT=9000
 PROXY_PORT=8080
-API_PORT=8474
 
 die() { echo "netlab: $*" >&2; exit 2; }
 log() { echo "netlab: $*" >&2; }
@@ -38,13 +39,12 @@ log() { echo "netlab: $*" >&2; }
 peer_ip() { echo "$SUBNET.$((10 + $1))"; }
 peer_count() { cat "$STATE/peers" 2>/dev/null || echo 0; }
 
-install_toxiproxy() {
-    if [ -x "$TOXI" ]; then return 0; fi
-    command -v go >/dev/null || die "go is needed to build toxiproxy"
-    mkdir -p "$TOOLS"
-    log "building toxiproxy $TOXI_VERSION into $TOOLS (go install)"
-    GOBIN="$TOOLS" go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXI_VERSION"
-    mv "$TOOLS/server" "$TOXI"
+install_proxy() {
+    if [ -x "$SYNCLAB" ]; then return 0; fi
+    [ -z "${BAVL_SYNCLAB:-}" ] || die "BAVL_SYNCLAB=$SYNCLAB is not an executable"
+    command -v cargo >/dev/null || die "cargo is needed to build the delay proxy"
+    log "building bavl-synclab (the delay proxy) with cargo"
+    (cd "$ROOT" && cargo build --release -q -p bavl-synclab)
 }
 
 # The RTT in ms of peer i (1-based) of n, from "MS" or "LO-HI".
@@ -101,28 +101,27 @@ down() {
     rm -rf "$STATE"
 }
 
-toxi_api() { # ns method path [json]
-    local ns=$1 method=$2 path=$3 body=${4:-}
-    if [ -n "$body" ]; then
-        ip netns exec "$ns" curl -sf -X "$method" -H 'Content-Type: application/json' \
-            -d "$body" "http://127.0.0.1:$API_PORT$path" >/dev/null
-    else
-        ip netns exec "$ns" curl -sf -X "$method" "http://127.0.0.1:$API_PORT$path" >/dev/null
-    fi
-}
-
+# (Re)starts peer i's delay proxy with an RTT of ms (half each way) and waits until it
+# listens.
 set_rtt() { # i ms
-    local i=$1 ms=$2 ns="blp$1" half_up half_down
+    local i=$1 ms=$2 ns="blp$1" half_up half_down pidf="$STATE/delay$1.pid" logf="$STATE/delay$1.log"
     half_up=$((ms / 2))
     half_down=$((ms - half_up))
-    toxi_api "$ns" DELETE /proxies/peer/toxics/lat_down 2>/dev/null || true
-    toxi_api "$ns" DELETE /proxies/peer/toxics/lat_up 2>/dev/null || true
-    if [ "$ms" -gt 0 ]; then
-        toxi_api "$ns" POST /proxies/peer/toxics \
-            "{\"name\":\"lat_down\",\"type\":\"latency\",\"stream\":\"downstream\",\"attributes\":{\"latency\":$half_down,\"jitter\":0}}"
-        toxi_api "$ns" POST /proxies/peer/toxics \
-            "{\"name\":\"lat_up\",\"type\":\"latency\",\"stream\":\"upstream\",\"attributes\":{\"latency\":$half_up,\"jitter\":0}}"
+    if [ -f "$pidf" ]; then
+        kill "$(cat "$pidf")" 2>/dev/null || true
+        rm -f "$pidf"
+        sleep 0.1
     fi
+    ip netns exec "$ns" "$SYNCLAB" delay --listen "$(peer_ip "$i"):$PROXY_PORT" \
+        --upstream "127.0.0.1:$SERVE_PORT" --up-ms "$half_up" --down-ms "$half_down" \
+        >"$logf" 2>&1 &
+    echo $! >"$pidf"
+    local tries=0
+    until grep -q '^delay:' "$logf" 2>/dev/null; do
+        tries=$((tries + 1))
+        [ $tries -lt 100 ] || die "the delay proxy in $ns did not start (see $logf)"
+        sleep 0.05
+    done
     echo "$ms" >"$STATE/rtt$i"
 }
 
@@ -146,7 +145,7 @@ up() {
         esac
     done
     rate_bits "$rate" >/dev/null
-    install_toxiproxy
+    install_proxy
     down
     mkdir -p "$STATE"
     ip netns add blsw
@@ -168,22 +167,9 @@ up() {
     for i in $(seq 1 "$n"); do
         attach "blp$i" "$(peer_ip "$i")"
         set_rate "$i" "$rate"
-        ip netns exec "blp$i" "$TOXI" -host 127.0.0.1 -port "$API_PORT" \
-            >"$STATE/toxiproxy$i.log" 2>&1 &
-        echo $! >"$STATE/toxiproxy$i.pid"
-    done
-    echo "$n" >"$STATE/peers"
-    for i in $(seq 1 "$n"); do
-        local tries=0
-        until toxi_api "blp$i" GET /version 2>/dev/null; do
-            tries=$((tries + 1))
-            [ $tries -lt 100 ] || die "toxiproxy in blp$i did not start (see $STATE/toxiproxy$i.log)"
-            sleep 0.05
-        done
-        toxi_api "blp$i" POST /proxies \
-            "{\"name\":\"peer\",\"listen\":\"$(peer_ip "$i"):$PROXY_PORT\",\"upstream\":\"127.0.0.1:$SERVE_PORT\",\"enabled\":true}"
         set_rtt "$i" "$(rtt_of "$rtt" "$i" "$n")"
     done
+    echo "$n" >"$STATE/peers"
     log "up: $n peers at http://$SUBNET.11..$(peer_ip "$n"):$PROXY_PORT, client namespace blc ($SUBNET.1), rtt $rtt ms, $rate per peer"
 }
 
@@ -270,11 +256,11 @@ verify() {
     mkdir -p "$(dirname "$out")"
     {
         echo "{"
-        echo "  \"what\": \"netlab check: per peer, the RTT of a tiny HTTP request through its toxiproxy (median of 5 on one connection) and the throughput of a $mb MiB download through tbf; then all peers at once\","
+        echo "  \"what\": \"netlab check: per peer, the RTT of a tiny HTTP request through its delay proxy (median of 5 on one connection) and the throughput of a $mb MiB download through tbf; then all peers at once\","
         echo "  \"command\": \"scripts/netlab.sh verify --mb $mb\","
         echo "  \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\","
         echo "  \"machine\": \"$(uname -srm), $(nproc) cores, $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)\","
-        echo "  \"toxiproxy\": \"$("$TOXI" -version 2>&1 | head -1)\","
+        echo "  \"delay_proxy\": \"bavl-synclab delay (crates/synclab/src/delay.rs)\","
         echo "  \"aggregate_configured_mbit\": $(awk -v b="$total_bits" 'BEGIN{print b/1e6}'),"
         echo "  \"aggregate_measured_mbit\": $agg,"
         echo "  \"peers\": ["
@@ -293,7 +279,7 @@ case "$cmd" in
 up) up "$@" ;;
 down) down; log "down" ;;
 status) status ;;
-install) install_toxiproxy ;;
+install) install_proxy ;;
 set-rtt) # i ms
     set_rtt "$1" "$2" ;;
 set-rate) # i rate

@@ -1,10 +1,12 @@
 //! State sync over a real network of namespaced hosts (issue 4 §4-§5): the Cosmos/IAVL-style
 //! baseline ([`baseline`], served and fetched over HTTP by [`http`]), the state both sides
 //! serve ([`state`]), and the experiment runner that drives `bavl serve` / `bavl sync` and
-//! the baseline in `scripts/netlab.sh` namespaces ([`runner`], [`plot`]).
+//! the baseline in `scripts/netlab.sh` namespaces ([`runner`], [`plot`]), and the delay
+//! proxy that gives the lab its latency ([`delay`]).
 #![forbid(unsafe_code)]
 
 pub mod baseline;
+pub mod delay;
 pub mod http;
 pub mod plot;
 pub mod runner;

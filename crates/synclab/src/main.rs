@@ -91,6 +91,22 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// A TCP proxy adding a fixed delay to the bytes of each direction: the lab's WAN
+    /// latency (`scripts/netlab.sh` runs one in front of each peer; the kernel has no netem).
+    Delay {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// Where each connection is forwarded.
+        #[arg(long)]
+        upstream: std::net::SocketAddr,
+        /// Delay of the bytes from the client to the upstream (requests), milliseconds.
+        #[arg(long, default_value_t = 25)]
+        up_ms: u64,
+        /// Delay of the bytes from the upstream to the client (responses), milliseconds.
+        #[arg(long, default_value_t = 25)]
+        down_ms: u64,
+    },
     /// Runs the experiments in the netlab namespaces (root; builds the lab itself).
     Run(RunArgs),
     /// Redraws the plots and rewrites the §7 summary from the CSVs in a results directory.
@@ -200,6 +216,7 @@ fn main() -> ExitCode {
             };
             fetch_baseline(peers, &cfg, &out, import, json.as_deref())
         }
+        Cmd::Delay { listen, upstream, up_ms, down_ms } => delay(listen, upstream, up_ms, down_ms),
         Cmd::Run(args) => run(&args),
         Cmd::Report { dir, json } => report(&dir, &json, false),
     };
@@ -210,6 +227,22 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn delay(
+    listen: std::net::SocketAddr,
+    upstream: std::net::SocketAddr,
+    up_ms: u64,
+    down_ms: u64,
+) -> Result<ExitCode> {
+    use bavl_synclab::delay::{serve, Delays, Stats};
+    let listener = TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
+    let delays = Delays { up: Duration::from_millis(up_ms), down: Duration::from_millis(down_ms) };
+    let mut out = std::io::stdout();
+    writeln!(out, "delay: {listen} -> {upstream}, +{up_ms} ms up, +{down_ms} ms down")
+        .and_then(|()| out.flush())?;
+    serve(listener, upstream, delays, Arc::new(Stats::default()))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn serve_baseline(db: &Path, listen: &str, chunk_bytes: u64, corrupt: bool) -> Result<ExitCode> {
@@ -515,7 +548,7 @@ fn s7_summary(quick: bool, rows: &[Row], made: &str) -> serde_json::Value {
     );
     let th = ratio(third_s, honest);
     json!({
-        "what": "state sync of 1M Workload A pairs (20-byte keys, 100-byte values) from 10 peers, each behind toxiproxy (50 ms RTT) and tbf (100 Mbit/s egress), real processes in network namespaces: bavl serve / bavl sync against the Cosmos/IAVL-style baseline (opaque fixed-size chunks, root checked after import, restart from scratch, one liar exposed per failed attempt); medians of the repetitions",
+        "what": "state sync of 1M Workload A pairs (20-byte keys, 100-byte values) from 10 peers, each behind a delay proxy (50 ms RTT) and tbf (100 Mbit/s egress), real processes in network namespaces: bavl serve / bavl sync against the Cosmos/IAVL-style baseline (opaque fixed-size chunks, root checked after import, restart from scratch, one liar exposed per failed attempt); medians of the repetitions",
         "quick": quick,
         "keys": info.map(|r| r.keys),
         "capacity": info.map(|r| r.capacity),
@@ -586,7 +619,7 @@ fn breakdown(rows: &[Row], m: Method) -> serde_json::Value {
         "client_timer_s": md(&|r| r.inner_s),
         "client_cpu_s": md(&|r| r.client_cpu_s),
         "servers_cpu_s": md(&|r| r.servers_cpu_s),
-        "toxiproxies_cpu_s": md(&|r| r.proxies_cpu_s),
+        "proxies_cpu_s": md(&|r| r.proxies_cpu_s),
         "machine_busy_cores": md(&|r| r.machine_busy_cores),
         "peak_rss_mb": md(&|r| r.peak_rss_mb),
     })

@@ -2,7 +2,7 @@
 //! configuration it starts one server per peer in `blp<i>` (`bavl serve`, optionally
 //! `--byzantine KIND`, or `bavl-synclab serve-baseline`, optionally `--corrupt`), then runs
 //! the syncing node in `blc` under `/usr/bin/time -v` (peak RSS, CPU) and times it from
-//! spawn to exit. Peers reach the client through their toxiproxy (latency) and tbf (rate).
+//! spawn to exit. Peers reach the client through their delay proxy (latency) and tbf (rate).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -78,7 +78,7 @@ pub struct Row {
     pub client_cpu_s: f64,
     /// Cores busy machine-wide during the run (2 = both saturated).
     pub machine_busy_cores: f64,
-    /// CPU seconds of the serving processes and of the toxiproxies during the run.
+    /// CPU seconds of the serving processes and of the delay proxies during the run.
     pub servers_cpu_s: f64,
     pub proxies_cpu_s: f64,
     /// The client's own timer: bavl: download, verify and rebuild (before the store is
@@ -183,6 +183,7 @@ impl Env {
 /// Brings the lab up with `peers` peers.
 pub fn lab_up(env: &Env, peers: usize) -> Result<()> {
     let st = Command::new(&env.netlab)
+        .env("BAVL_SYNCLAB", &env.synclab)
         .args(["up", &peers.to_string(), "--rtt", &env.rtt_ms.to_string()])
         .args(["--rate", &format!("{}mbit", env.rate_mbit)])
         .status()
@@ -315,7 +316,7 @@ fn proxy_pids(env: &Env, peers: usize) -> Vec<u32> {
     let state = env.work.parent().map(|t| t.join("netlab"));
     let Some(state) = state else { return Vec::new() };
     (1..=peers)
-        .filter_map(|i| std::fs::read_to_string(state.join(format!("toxiproxy{i}.pid"))).ok())
+        .filter_map(|i| std::fs::read_to_string(state.join(format!("delay{i}.pid"))).ok())
         .filter_map(|s| s.trim().parse().ok())
         .collect()
 }
