@@ -85,23 +85,16 @@ pub struct CheckpointReport {
 
 /// A snapshot's checkpoint, encoded in memory: the header, then the chunk records in
 /// slices of about [`SLICE_BYTES`], then the trailer.
-pub struct Encoded {
-    pub version: u64,
+struct Encoded {
+    version: u64,
     /// How long encoding took.
-    pub took: Duration,
-    pub root: Digest,
-    pub chunks: u64,
+    took: Duration,
+    root: Digest,
+    chunks: u64,
     /// Header, records and trailer, in order; the header and trailer are slices of their
     /// own.
     slices: Vec<Vec<u8>>,
     bytes: u64,
-}
-
-impl Encoded {
-    /// The file's length.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
 }
 
 /// Encodes `snap` as the checkpoint of `version` in memory, then drops it. `None` if
@@ -112,7 +105,7 @@ impl Encoded {
 /// replaces meanwhile alive, and the writer's copies then land in memory it has not just
 /// recycled, which slows its blocks by about 10% (`docs/design.md` §8.7). The encoding is
 /// about half the size of the chunks in memory.
-pub fn encode(version: u64, snap: Snapshot, stop: &AtomicBool) -> Option<Encoded> {
+fn encode(version: u64, snap: Snapshot, stop: &AtomicBool) -> Option<Encoded> {
     let start = Instant::now();
     let count = snap.chunk_count();
     let root = snap.root_hash();
@@ -321,18 +314,18 @@ mod tests {
         let never = AtomicBool::new(false);
         let enc = encode(7, t.snapshot(), &never).unwrap();
         assert_eq!(enc.chunks, t.chunk_count());
-        assert!(enc.bytes() > 2 * SLICE_BYTES, "several slices: {}", enc.bytes());
+        assert!(enc.bytes > 2 * SLICE_BYTES, "several slices: {}", enc.bytes);
         // Header, full slices, the last partial slice, trailer.
         let n = enc.slices.len();
         assert_eq!(enc.slices[0].len(), HEADER_LEN);
         assert_eq!(enc.slices[n - 1].len(), TRAILER_LEN);
         assert!(enc.slices[1..n - 2].iter().all(|s| s.len() as u64 >= SLICE_BYTES));
         let joined: Vec<u8> = enc.slices.concat();
-        assert_eq!(joined.len() as u64, enc.bytes());
+        assert_eq!(joined.len() as u64, enc.bytes);
 
         let b = MemBackend::new();
         let rep = write(&b, 7, t.snapshot(), &never, None).unwrap().unwrap();
-        assert_eq!(rep.bytes, enc.bytes());
+        assert_eq!(rep.bytes, enc.bytes);
         assert!(rep.encoding <= rep.elapsed);
         let name = checkpoint_name(7);
         let mut file = Vec::new();

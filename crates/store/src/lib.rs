@@ -631,8 +631,6 @@ impl Drop for Store {
     }
 }
 
-/// Deletes checkpoints older than `version` and log segments holding only versions up
-/// to `version`, once the checkpoint of `version` is durable.
 /// Lowers the calling thread's CPU priority (nice 10), so that a checkpoint's encoding
 /// takes only CPU time the writer and its commit's hashing leave idle. On a machine with
 /// few cores it otherwise competes with the hashing of the commits it overlaps (measured:
@@ -645,6 +643,8 @@ fn background_priority() {
     }
 }
 
+/// Deletes checkpoints older than `version` and log segments holding only versions up
+/// to `version`, once the checkpoint of `version` is durable.
 fn delete_obsolete(backend: &dyn Backend, version: u64) -> Result<(), StoreError> {
     let names = backend.list().ctx(|| "listing the store".into())?;
     let mut segments: Vec<u64> = Vec::new();

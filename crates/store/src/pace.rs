@@ -7,8 +7,8 @@
 //! becomes 60 ms; `docs/results/store.json`). Paced, it advances in step with the log:
 //! after the log has grown by a fraction of the bytes it grew between the last two
 //! checkpoints, the same fraction of the checkpoint's bytes is written, and each slice is
-//! synced as it goes, so the disk never holds more than one slice of it unwritten. This is the idea
-//! of PostgreSQL's `checkpoint_completion_target`. When the store is idle (no insert,
+//! synced as it goes, so the disk never holds more than one slice of it unwritten. This is
+//! the idea of PostgreSQL's `checkpoint_completion_target`. When the store is idle (no insert,
 //! remove or commit for [`IDLE`]), or someone waits for the checkpoint, it runs at full
 //! speed.
 
