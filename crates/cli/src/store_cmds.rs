@@ -229,6 +229,8 @@ pub struct RecoveryJson {
     pub versions_replayed: u64,
     pub discarded_bytes: u64,
     pub removed_temporary: u64,
+    /// Why the checkpoint before the newest one was not used, if it was there.
+    pub older_checkpoint_skipped: Option<String>,
     pub load_checkpoint_ms: f64,
     pub replay_ms: f64,
 }
@@ -240,6 +242,7 @@ impl From<&Recovery> for RecoveryJson {
             versions_replayed: r.replayed,
             discarded_bytes: r.discarded_bytes,
             removed_temporary: r.removed_temporary,
+            older_checkpoint_skipped: r.older_checkpoint_skipped.clone(),
             load_checkpoint_ms: ms(r.load_checkpoint),
             replay_ms: ms(r.replay),
         }
@@ -333,8 +336,12 @@ fn render_recovery(r: &Recovery) -> String {
         Some(v) => format!("loaded the checkpoint of version {v} in {}", human(r.load_checkpoint)),
         None => "no checkpoint".into(),
     };
+    let skipped = match &r.older_checkpoint_skipped {
+        Some(why) => format!("; the older checkpoint was not used: {why}"),
+        None => String::new(),
+    };
     format!(
-        "opening     {base}, replayed {} version(s) in {}, discarded {} byte(s) of a torn record, deleted {} temporary file(s)",
+        "opening     {base}, replayed {} version(s) in {}, discarded {} byte(s) of a torn record, deleted {} temporary file(s){skipped}",
         group(r.replayed),
         human(r.replay),
         r.discarded_bytes,

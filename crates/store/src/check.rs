@@ -2,7 +2,7 @@
 //!
 //! Every checkpoint file is read and each of its chunks verified against its root; every
 //! log segment is scanned and each record's checksums checked; then the state is rebuilt
-//! as opening would (newest checkpoint, then every later version replayed, each recorded
+//! as opening would (a checkpoint, then every later version replayed, each recorded
 //! root compared) and the tree's invariants are checked at the newest version. Each
 //! problem names the file, the byte offset and what is wrong.
 

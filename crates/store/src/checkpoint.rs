@@ -138,7 +138,8 @@ fn encode(version: u64, snap: Snapshot, stop: &AtomicBool) -> Option<Encoded> {
 /// Writes `snap` as the checkpoint of `version`: encodes it ([`encode`], which lets the
 /// snapshot go), then writes it to a temporary file, synced, renamed into place. If
 /// `stop` becomes true the write is abandoned (`Ok(None)`). With a `pacer`, each slice
-/// waits for its turn and is synced as it is written.
+/// waits for its turn and is synced as it is written, and the rename waits until no
+/// retained version is older than `version` ([`Pacer::wait_install`]).
 pub fn write(
     backend: &dyn Backend,
     version: u64,
@@ -185,6 +186,13 @@ fn write_encoded(
     }
     file.sync().ctx(|| format!("syncing {tmp}"))?;
     drop(file);
+    if let Some(p) = pacer {
+        p.wait_install(version, stop);
+    }
+    if stop.load(Ordering::Relaxed) {
+        let _ = backend.remove(&tmp);
+        return Ok(None);
+    }
     backend.rename(&tmp, &name).ctx(|| format!("renaming {tmp} to {name}"))?;
     backend.sync_dir().ctx(|| format!("syncing the directory after writing {name}"))?;
     Ok(Some(CheckpointReport { version, root, chunks, bytes, elapsed: start.elapsed(), encoding }))
@@ -205,17 +213,21 @@ pub struct Header {
 /// or one that does not check is `Corrupted`.
 pub fn read_header_file(path: &std::path::Path) -> Result<Header, StoreError> {
     let name = path.display().to_string();
+    let f = std::fs::File::open(path).ctx(|| format!("opening {name}"))?;
+    header_of(f, &name)
+}
+
+fn header_of(mut f: impl Read, name: &str) -> Result<Header, StoreError> {
     let mut h = [0u8; HEADER_LEN];
-    let mut f = std::fs::File::open(path).ctx(|| format!("opening {name}"))?;
     f.read_exact(&mut h).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => StoreError::corrupted(&name, 0, "shorter than a header"),
+        io::ErrorKind::UnexpectedEof => StoreError::corrupted(name, 0, "shorter than a header"),
         _ => StoreError::io(format!("reading {name}"), e),
     })?;
     let header = parse_header(&h).ok_or_else(|| {
-        StoreError::corrupted(&name, 0, "not a checkpoint header, or its checksum fails")
+        StoreError::corrupted(name, 0, "not a checkpoint header, or its checksum fails")
     })?;
     if header.capacity == 0 {
-        return Err(StoreError::corrupted(&name, 48, "the header's counts are not filled in"));
+        return Err(StoreError::corrupted(name, 48, "the header's counts are not filled in"));
     }
     Ok(header)
 }

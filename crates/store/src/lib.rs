@@ -9,11 +9,12 @@
 //! - a **write-ahead log** with one record per version — that version's operations and
 //!   its root — appended and `fdatasync`ed before `commit()` returns, so a random update
 //!   writes about the size of the key and value, not whole chunks;
-//! - **checkpoints**: a retained version written whole, as its self-verifiable chunks, by
-//!   a background thread from an O(1) snapshot while blocks keep committing. A finished
-//!   checkpoint lets the log segments before it be deleted.
+//! - **checkpoints**: the newest version written whole, as its self-verifiable chunks, by
+//!   a background thread from an O(1) snapshot while blocks keep committing. Once no
+//!   retained version is older, a finished checkpoint lets the files before it be deleted.
 //!
-//! Opening reads the newest checkpoint (verifying every chunk against its root), replays
+//! Opening reads the newest checkpoint, or the one before it if its log still reaches the
+//! newest one and so rebuilds more of the retained versions (verifying every chunk against its root), replays
 //! the log after it (checking every recorded root), discards a record cut short by a
 //! crash, and reports any other damage as [`StoreError::Corrupted`]. The live state and
 //! the retained versions are held in memory. Formats and reasons: `docs/design.md` §7.
@@ -205,7 +206,8 @@ impl Drop for Reclaimer {
 struct Job {
     version: u64,
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<Result<Option<CheckpointReport>, StoreError>>,
+    /// The report, and whether the files before the checkpoint were deleted.
+    handle: JoinHandle<Result<Option<(CheckpointReport, bool)>, StoreError>>,
 }
 
 /// A durable, versioned key-value store. See the crate documentation.
@@ -223,6 +225,9 @@ pub struct Store {
     last_checkpoint: Option<(u64, u64)>,
     last_report: Option<CheckpointReport>,
     job: Option<Job>,
+    /// A checkpoint whose older files are still on disk: deleted at the first commit at
+    /// which no retained version is older than it.
+    pending_cleanup: Option<u64>,
     poisoned: Option<String>,
     timing: CommitTiming,
     stats: StoreStats,
@@ -259,6 +264,7 @@ impl Store {
             last_checkpoint: o.last_checkpoint,
             last_report: None,
             job: None,
+            pending_cleanup: o.last_checkpoint.map(|(v, _)| v),
             poisoned: None,
             timing: CommitTiming::default(),
             stats: StoreStats::default(),
@@ -413,6 +419,7 @@ impl Store {
         self.head_root = root;
         self.versions.insert(version, self.tree.snapshot());
         self.retain();
+        self.clean_up()?;
         if let CheckpointPolicy::Auto { log_ratio, min_log_bytes } = self.opts.checkpoint {
             let last = self.last_checkpoint.map_or(0, |(_, bytes)| bytes);
             let due = (log_ratio * last as f64) as u64;
@@ -463,6 +470,7 @@ impl Store {
             }
             self.reclaimer.release(entry.remove());
         }
+        self.activity.set_oldest(self.oldest_retained());
     }
 
     fn retain(&mut self) {
@@ -470,15 +478,37 @@ impl Store {
         self.prune(floor);
     }
 
-    /// Starts writing a checkpoint of the oldest retained version in the background,
-    /// unless one is running. Returns the version being checkpointed, or `None`.
+    /// Deletes the files a finished checkpoint made obsolete, once no retained version
+    /// needs them (normally its thread did; this is for one installed before, when
+    /// someone waited for it, and for what a crash or an earlier open left).
+    fn clean_up(&mut self) -> Result<(), StoreError> {
+        let Some(version) = self.pending_cleanup else { return Ok(()) };
+        if self.oldest_retained() < version || self.job.is_some() {
+            return Ok(());
+        }
+        self.pending_cleanup = None;
+        delete_obsolete(&*self.backend, version).inspect_err(|e| {
+            self.poisoned = Some(e.to_string());
+        })
+    }
+
+    /// Starts writing a checkpoint of the newest version in the background, unless one
+    /// is running. Returns the version being checkpointed, or `None`.
+    ///
+    /// The newest version, because the store retains it for `keep_recent - 1` more
+    /// commits anyway: the checkpoint's snapshot, held while it is encoded, then keeps
+    /// nothing alive (`docs/design.md` §8.7). The checkpoint replaces the files before it
+    /// (it is renamed into place, and older checkpoints and log segments are deleted)
+    /// once no retained version is older, so every retained version can always be
+    /// rebuilt from the files; [`Store::wait_checkpoint`] installs it at once, and the
+    /// old files then go at the first commit that prunes the last older version.
     pub fn checkpoint(&mut self) -> Result<Option<u64>, StoreError> {
         self.writable()?;
         self.poll_checkpoint()?;
         if self.job.is_some() {
             return Ok(None);
         }
-        let version = self.oldest_retained();
+        let version = self.head;
         let snap = self.versions[&version].clone();
         // Later versions go to a new segment, so the old ones can be deleted once the
         // checkpoint is durable.
@@ -492,6 +522,7 @@ impl Store {
         let stop = Arc::new(AtomicBool::new(false));
         let backend = self.backend.clone();
         let flag = stop.clone();
+        let activity = self.activity.clone();
         // Spread over as much log as was written since the last checkpoint (with the
         // `Auto` policy, what made this one due): it then ends well before the next.
         self.activity.urgent.store(false, Ordering::Relaxed);
@@ -501,12 +532,17 @@ impl Store {
             .name("bavl-checkpoint".into())
             .spawn(move || {
                 background_priority();
-                let report = checkpoint::write(&*backend, version, snap, &flag, Some(&pacer))?;
-                if report.is_some() {
-                    meta::write_head(&*backend, head)?;
+                let Some(report) =
+                    checkpoint::write(&*backend, version, snap, &flag, Some(&pacer))?
+                else {
+                    return Ok(None);
+                };
+                meta::write_head(&*backend, head)?;
+                let obsolete = activity.oldest() >= version;
+                if obsolete {
                     delete_obsolete(&*backend, version)?;
                 }
-                Ok(report)
+                Ok(Some((report, obsolete)))
             })
             .map_err(|e| StoreError::io("starting the checkpoint thread", e))?;
         self.log_since_checkpoint = 0;
@@ -545,7 +581,8 @@ impl Store {
             Err(StoreError::Poisoned(format!("the checkpoint of version {} panicked", job.version)))
         });
         match result {
-            Ok(Some(report)) => {
+            Ok(Some((report, cleaned))) => {
+                self.pending_cleanup = (!cleaned).then_some(report.version);
                 self.last_checkpoint = Some((report.version, report.bytes));
                 self.stats.checkpoint_bytes_written += report.bytes;
                 self.stats.checkpoints_written += 1;

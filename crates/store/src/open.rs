@@ -1,4 +1,5 @@
-//! Opening a store: the newest checkpoint, then the log after it.
+//! Opening a store: the newest checkpoint (or the one before it, see [`recover`]), then the
+//! log after it.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -22,6 +23,10 @@ pub struct Recovery {
     pub discarded_bytes: u64,
     /// Temporary files of interrupted writes, deleted.
     pub removed_temporary: u64,
+    /// Why the checkpoint before the newest could not rebuild the versions before the
+    /// newest (it was damaged, say): the state then comes from the newest alone, and the
+    /// older files go at the first commit.
+    pub older_checkpoint_skipped: Option<String>,
     pub load_checkpoint: Duration,
     pub replay: Duration,
 }
@@ -98,127 +103,69 @@ pub(crate) fn meta_for(
     Ok(meta)
 }
 
-/// Loads the newest checkpoint and replays the log. With `read_only`, nothing is
-/// changed on disk (for `bavl check`) and no log file is opened for writing.
+/// Loads the newest checkpoint (or the one before it, when its log still reaches the
+/// newest and so rebuilds older retained versions too) and replays the log. With
+/// `read_only`, nothing is changed on disk (for `bavl check`) and no log file is opened
+/// for writing.
 pub(crate) fn recover(
     backend: &dyn Backend,
     opts: &Options,
     read_only: bool,
 ) -> Result<Opened, StoreError> {
     let l = list(backend)?;
-    let mut recovery = Recovery::default();
+    let mut removed_temporary = 0;
     for name in &l.temporary {
         if !read_only {
             backend.remove(name).ctx(|| format!("deleting the left-over {name}"))?;
         }
-        recovery.removed_temporary += 1;
+        removed_temporary += 1;
     }
     let meta = if read_only { meta::read_meta(backend)? } else { meta_for(backend, &l, opts)? };
 
-    // The newest checkpoint is the base.
-    let t = Instant::now();
-    let (mut tree, base, last_checkpoint) = match l.checkpoints.last() {
-        Some(&v) => {
-            let name = meta::checkpoint_name(v);
-            let (header, tree) = checkpoint::read(backend, &name)?;
-            if header.version != v || header.capacity != meta.capacity {
-                return Err(StoreError::corrupted(&name, 0, "header disagrees with name or meta"));
-            }
-            let bytes = backend.file_len(&name).ctx(|| format!("reading {name}"))?;
-            recovery.checkpoint = Some(v);
-            (tree, v, Some((v, bytes)))
+    // The checkpoint before the newest one is still on disk when the newest was installed
+    // while older versions were retained (someone waited for it), or when a crash came
+    // between an install and the deletions after it. Its log then rebuilds those versions
+    // as well, and must pass through the newest checkpoint's root; if anything about it
+    // fails, the newest checkpoint alone is what counts.
+    let newest = l.checkpoints.last().copied();
+    let before = match (l.checkpoints.len(), l.segments.first()) {
+        (n, Some(&first)) if n >= 2 && first <= l.checkpoints[n - 2] + 1 => {
+            Some(l.checkpoints[n - 2])
         }
-        None => (Tree::with_capacity(meta.capacity)?, 0, None),
+        _ => None,
     };
-    recovery.load_checkpoint = t.elapsed();
-
-    // Replay every version after the base, in order, checking each recorded root.
-    let t = Instant::now();
-    let mut head = base;
-    let mut head_root = tree.root_hash();
-    let mut versions = BTreeMap::new();
-    versions.insert(head, tree.snapshot());
-    let keep = opts.keep_recent.max(1);
-    let mut log_since_checkpoint = 0;
-    let mut tail: Option<(u64, u64)> = None; // (first version, valid length) of the last segment
-    for (i, &first) in l.segments.iter().enumerate() {
-        let last = i + 1 == l.segments.len();
-        let name = wal_name(first);
-        let len = backend.file_len(&name).ctx(|| format!("reading {name}"))?;
-        let r = backend.open_read(&name).ctx(|| format!("opening {name}"))?;
-        let Some(mut seg) = SegmentReader::open(r, &name, len)? else {
-            if !last {
-                return Err(StoreError::corrupted(&name, 0, "segment shorter than its header"));
-            }
-            // Cut short while being created: nothing was committed to it.
+    let mut skipped = None;
+    let rebuilt = match before.map(|base| rebuild(backend, &l, &meta, opts, Some(base), newest)) {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => {
+            skipped = Some(e.to_string());
+            rebuild(backend, &l, &meta, opts, newest, newest)?
+        }
+        None => rebuild(backend, &l, &meta, opts, newest, newest)?,
+    };
+    let Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, mut recovery } =
+        rebuilt;
+    recovery.removed_temporary = removed_temporary;
+    recovery.older_checkpoint_skipped = skipped;
+    let last_checkpoint = match newest {
+        Some(v) => {
+            let name = meta::checkpoint_name(v);
+            Some((v, backend.file_len(&name).ctx(|| format!("reading {name}"))?))
+        }
+        None => None,
+    };
+    // A last segment too short to hold its header (a crash while creating it).
+    let tail = match tail {
+        Tail::Short(first) => {
             if !read_only {
+                let name = wal_name(first);
                 backend.remove(&name).ctx(|| format!("deleting {name}"))?;
             }
-            recovery.discarded_bytes += len;
-            break;
-        };
-        if seg.first_version != first || seg.capacity != meta.capacity {
-            return Err(StoreError::corrupted(&name, 8, "header disagrees with name or meta"));
+            None
         }
-        if first > head + 1 {
-            return Err(StoreError::corrupted(
-                &name,
-                0,
-                format!("versions {}..{} are missing from the log", head + 1, first),
-            ));
-        }
-        let mut expect = first;
-        loop {
-            match seg.next_record()? {
-                Next::Record { version, offset, body } => {
-                    if version != expect {
-                        return Err(StoreError::corrupted(
-                            &name,
-                            offset,
-                            format!("record of version {version} where {expect} was expected"),
-                        ));
-                    }
-                    expect += 1;
-                    if version <= head {
-                        continue; // Already in the checkpoint.
-                    }
-                    let (root, _) = wal::apply(&mut tree, &body, &name, offset)?;
-                    let actual = tree.root_hash();
-                    if actual != root {
-                        return Err(StoreError::corrupted(
-                            &name,
-                            offset,
-                            format!("replaying version {version} does not give its recorded root"),
-                        ));
-                    }
-                    log_since_checkpoint += (wal::RECORD_HEADER_LEN + body.len() + 4) as u64;
-                    head = version;
-                    head_root = root;
-                    versions.insert(version, tree.snapshot());
-                    while versions.len() as u64 > keep {
-                        versions.pop_first();
-                    }
-                    recovery.replayed += 1;
-                }
-                Next::End => break,
-                Next::Torn { offset } => {
-                    if !last {
-                        return Err(StoreError::corrupted(
-                            &name,
-                            offset,
-                            "incomplete record before the last segment",
-                        ));
-                    }
-                    recovery.discarded_bytes += len - offset;
-                    break;
-                }
-            }
-        }
-        if last {
-            tail = Some((first, seg.position()));
-        }
-    }
-    recovery.replay = t.elapsed();
+        Tail::At(first, valid) => Some((first, valid)),
+        Tail::None => None,
+    };
 
     if let Some(durable) = meta::read_head(backend, &l.names)? {
         if durable > head {
@@ -262,4 +209,172 @@ pub(crate) fn recover(
         last_checkpoint,
         recovery,
     })
+}
+
+/// What the last segment of the log looked like.
+enum Tail {
+    None,
+    /// Shorter than its header: to be deleted (when writable).
+    Short(u64),
+    /// (first version, length of its valid records).
+    At(u64, u64),
+}
+
+/// The state rebuilt from a checkpoint and the log after it.
+struct Rebuilt {
+    tree: Tree,
+    head: u64,
+    head_root: Digest,
+    versions: BTreeMap<u64, Snapshot>,
+    tail: Tail,
+    log_since_checkpoint: u64,
+    recovery: Recovery,
+}
+
+/// Loads checkpoint `base` (or the empty tree) and replays every version after it, in
+/// order, checking each recorded root, keeping the newest `keep_recent` versions. When
+/// `newest` is a later checkpoint, the replay must reach its version with its root. Reads
+/// only: what to delete is for the caller.
+fn rebuild(
+    backend: &dyn Backend,
+    l: &Listing,
+    meta: &Meta,
+    opts: &Options,
+    base: Option<u64>,
+    newest: Option<u64>,
+) -> Result<Rebuilt, StoreError> {
+    let mut recovery = Recovery::default();
+    let t = Instant::now();
+    // The later checkpoint the replay must pass through: read whole first (so damage to
+    // it is found on open like damage to any checkpoint), then dropped.
+    let through = match newest.filter(|&n| Some(n) > base) {
+        Some(n) => {
+            let name = meta::checkpoint_name(n);
+            let (header, _) = checkpoint::read(backend, &name)?;
+            if header.version != n || header.capacity != meta.capacity {
+                return Err(StoreError::corrupted(&name, 0, "header disagrees with name or meta"));
+            }
+            Some((n, header.root, name))
+        }
+        None => None,
+    };
+    let (mut tree, base) = match base {
+        Some(v) => {
+            let name = meta::checkpoint_name(v);
+            let (header, tree) = checkpoint::read(backend, &name)?;
+            if header.version != v || header.capacity != meta.capacity {
+                return Err(StoreError::corrupted(&name, 0, "header disagrees with name or meta"));
+            }
+            recovery.checkpoint = Some(v);
+            (tree, v)
+        }
+        None => (Tree::with_capacity(meta.capacity)?, 0),
+    };
+    recovery.load_checkpoint = t.elapsed();
+    let log_from = newest.unwrap_or(0).max(base);
+
+    let t = Instant::now();
+    let mut head = base;
+    let mut head_root = tree.root_hash();
+    let mut versions = BTreeMap::new();
+    versions.insert(head, tree.snapshot());
+    let keep = opts.keep_recent.max(1);
+    let mut log_since_checkpoint = 0;
+    let mut tail = Tail::None;
+    for (i, &first) in l.segments.iter().enumerate() {
+        let last = i + 1 == l.segments.len();
+        let name = wal_name(first);
+        let len = backend.file_len(&name).ctx(|| format!("reading {name}"))?;
+        let r = backend.open_read(&name).ctx(|| format!("opening {name}"))?;
+        let Some(mut seg) = SegmentReader::open(r, &name, len)? else {
+            if !last {
+                return Err(StoreError::corrupted(&name, 0, "segment shorter than its header"));
+            }
+            tail = Tail::Short(first);
+            recovery.discarded_bytes += len;
+            break;
+        };
+        if seg.first_version != first || seg.capacity != meta.capacity {
+            return Err(StoreError::corrupted(&name, 8, "header disagrees with name or meta"));
+        }
+        if first > head + 1 {
+            return Err(StoreError::corrupted(
+                &name,
+                0,
+                format!("versions {}..{} are missing from the log", head + 1, first),
+            ));
+        }
+        let mut expect = first;
+        loop {
+            match seg.next_record()? {
+                Next::Record { version, offset, body } => {
+                    if version != expect {
+                        return Err(StoreError::corrupted(
+                            &name,
+                            offset,
+                            format!("record of version {version} where {expect} was expected"),
+                        ));
+                    }
+                    expect += 1;
+                    if version <= head {
+                        continue; // Already in the checkpoint.
+                    }
+                    let (root, _) = wal::apply(&mut tree, &body, &name, offset)?;
+                    let actual = tree.root_hash();
+                    if actual != root {
+                        return Err(StoreError::corrupted(
+                            &name,
+                            offset,
+                            format!("replaying version {version} does not give its recorded root"),
+                        ));
+                    }
+                    if let Some((n, want, ckpt)) = &through {
+                        if version == *n && root != *want {
+                            return Err(StoreError::corrupted(
+                                ckpt,
+                                0,
+                                format!("the log gives version {n} another root"),
+                            ));
+                        }
+                    }
+                    if version > log_from {
+                        log_since_checkpoint += (wal::RECORD_HEADER_LEN + body.len() + 4) as u64;
+                    }
+                    head = version;
+                    head_root = root;
+                    versions.insert(version, tree.snapshot());
+                    while versions.len() as u64 > keep {
+                        versions.pop_first();
+                    }
+                    recovery.replayed += 1;
+                }
+                Next::End => break,
+                Next::Torn { offset } => {
+                    if !last {
+                        return Err(StoreError::corrupted(
+                            &name,
+                            offset,
+                            "incomplete record before the last segment",
+                        ));
+                    }
+                    recovery.discarded_bytes += len - offset;
+                    break;
+                }
+            }
+        }
+        if last {
+            tail = Tail::At(first, seg.position());
+        }
+    }
+    recovery.replay = t.elapsed();
+    if let Some((n, _, ckpt)) = &through {
+        if head < *n {
+            return Err(StoreError::corrupted(
+                ckpt,
+                0,
+                format!("the log ends at {head}, before it"),
+            ));
+        }
+    }
+    Ok(Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, recovery })
 }

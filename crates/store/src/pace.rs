@@ -49,6 +49,9 @@ pub(crate) struct Activity {
     events: AtomicU64,
     /// Set while someone waits for the running checkpoint.
     pub urgent: AtomicBool,
+    /// The store's oldest retained version: a checkpoint of version `c` is installed once
+    /// this reaches `c` (see [`Pacer::wait_install`]).
+    oldest: AtomicU64,
 }
 
 impl Activity {
@@ -57,7 +60,16 @@ impl Activity {
             log_bytes: AtomicU64::new(0),
             events: AtomicU64::new(0),
             urgent: AtomicBool::new(false),
+            oldest: AtomicU64::new(0),
         })
+    }
+
+    pub fn set_oldest(&self, version: u64) {
+        self.oldest.store(version, Ordering::Release);
+    }
+
+    pub fn oldest(&self) -> u64 {
+        self.oldest.load(Ordering::Acquire)
     }
 
     #[inline]
@@ -122,6 +134,26 @@ impl Pacer {
                 seen = (events, Instant::now());
             } else if seen.1.elapsed() >= self.idle {
                 return Go::Idle;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Waits until the checkpoint of `version`, written, may replace the files before it:
+    /// when no retained version is older than `version` (each is then rebuilt from it and
+    /// the log), or someone waits for the checkpoint, or `stop` is set. Returns whether
+    /// no retained version is older, i.e. whether the files before it may be deleted.
+    ///
+    /// A checkpoint is of the newest version when it starts, which the store retains for
+    /// `keep_recent - 1` more commits; a paced checkpoint takes many more, so this rarely
+    /// waits.
+    pub fn wait_install(&self, version: u64, stop: &AtomicBool) -> bool {
+        loop {
+            if self.activity.oldest() >= version {
+                return true;
+            }
+            if stop.load(Ordering::Relaxed) || self.activity.urgent.load(Ordering::Relaxed) {
+                return false;
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -192,5 +224,31 @@ mod tests {
         writer.join().unwrap();
         a.urgent.store(true, Ordering::Relaxed);
         assert_eq!(p.wait(total - 1, total, &stop), Go::Urgent);
+    }
+
+    #[test]
+    fn installing_waits_for_the_oldest_retained_version_or_a_waiter() {
+        let a = Activity::new();
+        let stop = AtomicBool::new(false);
+        let p = Pacer::new(a.clone(), CheckpointPace::default(), 1000);
+        a.set_oldest(7);
+        assert!(p.wait_install(7, &stop));
+        let writer = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                a.set_oldest(9);
+            })
+        };
+        let t = Instant::now();
+        assert!(p.wait_install(9, &stop));
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        writer.join().unwrap();
+        // Someone waits: it goes, but the files before it must stay.
+        a.urgent.store(true, Ordering::Relaxed);
+        assert!(!p.wait_install(12, &stop));
+        a.urgent.store(false, Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
+        assert!(!p.wait_install(12, &stop));
     }
 }

@@ -201,3 +201,104 @@ fn stats_skip_a_file_that_vanished_while_listing() {
     assert!(stats.files.iter().all(|(n, _)| n != "HEAD.tmp"), "{:?}", stats.files);
     assert!(stats.disk_bytes > 0);
 }
+
+use bavl_store::meta::checkpoint_name as name;
+
+fn files(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A checkpoint is of the newest version, and replaces the files before it only once no
+/// retained version is older: it waits to be renamed into place, and when someone waits
+/// for it, it is installed at once but the older checkpoint and log stay until the
+/// versions they rebuild are pruned. Reopening in between rebuilds every retained version
+/// from the older checkpoint; a damaged older checkpoint falls back to the newest.
+#[test]
+fn a_checkpoint_of_the_newest_version_keeps_older_retained_versions_rebuildable() {
+    let dir = TempDir::new("newest");
+    let (seed, keep, mix) = (5, 4, Mix::workload_b(100));
+    let manual = opts(8, keep, CheckpointPolicy::Manual);
+    let mut reference = Tree::with_capacity(8).unwrap();
+    let mut roots = BTreeMap::new();
+    let mut store = Store::open(dir.path(), manual.clone()).unwrap();
+    let commit = |store: &mut Store, reference: &mut Tree, roots: &mut BTreeMap<u64, _>| {
+        let v = store.version() + 1;
+        apply(store, reference, seed, v, mix);
+        let (version, root) = store.commit().unwrap();
+        roots.insert(version, root);
+        version
+    };
+    for _ in 0..6 {
+        commit(&mut store, &mut reference, &mut roots);
+    }
+    assert_eq!(store.checkpoint().unwrap(), Some(6));
+    store.wait_checkpoint().unwrap().unwrap();
+    for _ in 0..keep {
+        commit(&mut store, &mut reference, &mut roots);
+    }
+    // 10 is the head, 7..=10 retained: the old files went at the commit that pruned 5.
+    assert_eq!(files(dir.path(), "ckpt-"), [name(6)]);
+
+    // Paced, it waits (idle or not) until the versions before it are pruned.
+    assert_eq!(store.checkpoint().unwrap(), Some(10));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(store.checkpoint_running(), Some(10));
+    assert_eq!(files(dir.path(), "ckpt-"), [name(6), format!("{}.tmp", name(10))]);
+    for _ in 0..keep - 1 {
+        commit(&mut store, &mut reference, &mut roots);
+    }
+    let t = std::time::Instant::now();
+    while store.checkpoint_running().is_some() {
+        assert!(t.elapsed().as_secs() < 30, "the checkpoint never finished");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        store.commit().map(|(v, r)| roots.insert(v, r)).unwrap();
+    }
+    assert_eq!(files(dir.path(), "ckpt-"), [name(10)]);
+
+    // Waited for at once: installed, and the older files stay for versions before it.
+    let head = commit(&mut store, &mut reference, &mut roots);
+    let before: Vec<u64> = store.versions().collect();
+    assert_eq!(store.checkpoint().unwrap(), Some(head));
+    let report = store.wait_checkpoint().unwrap().unwrap();
+    assert_eq!(report.version, head);
+    assert_eq!(files(dir.path(), "ckpt-"), [name(10), name(head)]);
+    drop(store);
+    let store = Store::open(dir.path(), manual.clone()).unwrap();
+    assert_eq!(store.versions().collect::<Vec<_>>(), before);
+    for &v in &before {
+        assert_eq!(store.snapshot(v).unwrap().root_hash(), roots[&v]);
+    }
+    assert_eq!(store.recovery().checkpoint, Some(10));
+    drop(store);
+
+    // The newest checkpoint damaged: found on open although the older one is loaded.
+    let flip = |file: &Path| {
+        let mut bytes = std::fs::read(file).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 1;
+        std::fs::write(file, bytes).unwrap();
+    };
+    let newest = dir.path().join(name(head));
+    flip(&newest);
+    let err = Store::open(dir.path(), manual.clone()).err().expect("opened a damaged store");
+    assert!(matches!(err, StoreError::Corrupted { .. }), "{err}");
+    flip(&newest);
+
+    // The older checkpoint damaged: the newest one alone, fewer versions, same head.
+    flip(&dir.path().join(name(10)));
+    let mut store = Store::open(dir.path(), manual).unwrap();
+    assert_eq!(store.recovery().checkpoint, Some(head));
+    assert!(store.recovery().older_checkpoint_skipped.is_some());
+    assert_eq!(store.versions().collect::<Vec<_>>(), vec![head]);
+    assert_eq!(store.root(), roots[&head]);
+    // The first commit deletes what the newest checkpoint made obsolete.
+    commit(&mut store, &mut reference, &mut roots);
+    assert_eq!(files(dir.path(), "ckpt-"), [name(head)]);
+    store.close().unwrap();
+}

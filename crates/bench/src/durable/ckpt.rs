@@ -90,7 +90,8 @@ pub struct Schedule {
     pub every: usize,
     /// ...this many times, the first after `every / 2` measured blocks.
     pub checkpoints: usize,
-    /// Measured blocks (`every * checkpoints`).
+    /// Measured blocks (`every * checkpoints + every / 2`: as many outside checkpoints
+    /// after the last one as before the first).
     pub measured_blocks: usize,
     pub window_s: f64,
 }
@@ -474,10 +475,10 @@ mod tests {
             warmup_blocks: 0,
             every: 10,
             checkpoints: 3,
-            measured_blocks: 30,
+            measured_blocks: 35,
             window_s: 0.1,
         };
-        let at: Vec<usize> = (0..40).filter(|&i| s.checkpoint_before(i)).collect();
+        let at: Vec<usize> = (0..s.measured_blocks).filter(|&i| s.checkpoint_before(i)).collect();
         assert_eq!(at, [5, 15, 25]);
     }
 }

@@ -243,9 +243,10 @@ fn timed_open(dir: &Path, opts: Options) -> Result<(Store, Reopen)> {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ReopenPhase {
     pub keys_loaded: usize,
-    /// Blocks committed before the checkpoint (with the default keep_recent 4 the
-    /// checkpoint is of the oldest retained version, so the newest 3 stay in the log).
-    pub blocks_before_checkpoint: usize,
+    /// Blocks committed after the checkpoint (of the newest version) before the reopen:
+    /// with the default keep_recent 4, the 3 that prune every version older than it, so
+    /// that the files before it go and the reopen replays those 3 from the log.
+    pub blocks_after_checkpoint: usize,
     pub checkpoint_version: u64,
     pub checkpoint_bytes: u64,
     pub checkpoint_s: f64,
@@ -268,14 +269,14 @@ pub fn reopen(
     let manual = Options { checkpoint: CheckpointPolicy::Manual, ..Options::default() };
     let mut store = Store::open(dir, manual.clone())?;
     load(&mut store, seed, keys)?;
-    let before = (manual.keep_recent - 1) as usize;
-    for _ in 0..before {
+    store.checkpoint()?.context("a checkpoint was already running")?;
+    let rep = store.wait_checkpoint()?.context("the checkpoint was abandoned")?;
+    let after = (manual.keep_recent - 1) as usize;
+    for _ in 0..after {
         let ops = next_block(&store, seed);
         apply(&mut store, &ops)?;
         store.commit()?;
     }
-    store.checkpoint()?.context("a checkpoint was already running")?;
-    let rep = store.wait_checkpoint()?.context("the checkpoint was abandoned")?;
     store.close()?;
 
     let (mut store, after_checkpoint) = timed_open(dir, manual.clone())?;
@@ -291,7 +292,7 @@ pub fn reopen(
     remove_dir(dir)?;
     Ok(ReopenPhase {
         keys_loaded: keys,
-        blocks_before_checkpoint: before,
+        blocks_after_checkpoint: after,
         checkpoint_version: rep.version,
         checkpoint_bytes: rep.bytes,
         checkpoint_s: round(rep.elapsed.as_secs_f64(), 3),
