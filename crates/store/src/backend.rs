@@ -35,6 +35,12 @@ pub trait Backend: Send + Sync + 'static {
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Deletes a file.
     fn remove(&self, name: &str) -> io::Result<()>;
+    /// Cuts a file to `len` bytes, not synced. The store shrinks a large file it is about
+    /// to delete in steps, so that freeing its blocks never lands in one journal
+    /// transaction its log's next sync would wait for; a backend may do nothing here.
+    fn shrink(&self, _name: &str, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Makes creations, renames and removals durable (`fsync` of the directory).
     fn sync_dir(&self) -> io::Result<()>;
     /// Where the files are, for messages.
@@ -137,6 +143,9 @@ impl Backend for DirBackend {
     fn remove(&self, name: &str) -> io::Result<()> {
         fs::remove_file(self.path(name))
     }
+    fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
+        OpenOptions::new().write(true).open(self.path(name))?.set_len(len)
+    }
     fn sync_dir(&self) -> io::Result<()> {
         File::open(&self.dir)?.sync_all()
     }
@@ -236,6 +245,10 @@ impl Backend for FaultyBackend {
         Self::spend(&self.budget)?;
         self.inner.remove(name)
     }
+    fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
+        Self::spend(&self.budget)?;
+        self.inner.shrink(name, len)
+    }
     fn sync_dir(&self) -> io::Result<()> {
         Self::spend(&self.budget)?;
         self.inner.sync_dir()
@@ -328,6 +341,11 @@ impl Backend for MemBackend {
             .remove(name)
             .map(|_| ())
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{name}: no such file")))
+    }
+    fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
+        let f = self.file(name)?;
+        f.lock().unwrap_or_else(|e| e.into_inner()).truncate(len as usize);
+        Ok(())
     }
     fn sync_dir(&self) -> io::Result<()> {
         Ok(())

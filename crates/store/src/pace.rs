@@ -139,6 +139,25 @@ impl Pacer {
         }
     }
 
+    /// Waits for the next commit (the log grows), or until the store is idle for
+    /// [`IDLE`], someone waits for the checkpoint, or `stop` is set.
+    pub fn wait_commit(&self, stop: &AtomicBool) {
+        let log = self.activity.log_bytes();
+        let mut seen = (self.activity.events.load(Ordering::Relaxed), Instant::now());
+        while self.activity.log_bytes() == log {
+            if stop.load(Ordering::Relaxed) || self.activity.urgent.load(Ordering::Relaxed) {
+                return;
+            }
+            let events = self.activity.events.load(Ordering::Relaxed);
+            if events != seen.0 {
+                seen = (events, Instant::now());
+            } else if seen.1.elapsed() >= self.idle {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Waits until the checkpoint of `version`, written, may replace the files before it:
     /// when no retained version is older than `version` (each is then rebuilt from it and
     /// the log), or someone waits for the checkpoint, or `stop` is set. Returns whether
@@ -250,5 +269,32 @@ mod tests {
         a.urgent.store(false, Ordering::Relaxed);
         stop.store(true, Ordering::Relaxed);
         assert!(!p.wait_install(12, &stop));
+    }
+
+    #[test]
+    fn a_paced_deletion_step_waits_for_a_commit_or_idleness() {
+        let a = Activity::new();
+        let stop = AtomicBool::new(false);
+        let mut p = Pacer::new(a.clone(), CheckpointPace::default(), 1000);
+        p.idle = Duration::from_secs(5);
+        let writer = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                for _ in 0..40 {
+                    a.touch();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                a.logged(100);
+            })
+        };
+        let t = Instant::now();
+        p.wait_commit(&stop);
+        assert!(t.elapsed() >= Duration::from_millis(40), "went on before the commit");
+        assert!(t.elapsed() < Duration::from_secs(5), "waited for idleness, not the commit");
+        writer.join().unwrap();
+        p.idle = IDLE;
+        let t = Instant::now();
+        p.wait_commit(&stop);
+        assert!(t.elapsed() >= IDLE);
     }
 }
