@@ -53,6 +53,11 @@ Exit status: 2 bad arguments, no store there, or the address cannot be bound; 3 
 is damaged.";
 
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    // Like `bavl sync`, a response buffer per chunk on many connection threads: with huge
+    // pages each first touch zeroes 2 MiB (measured in the netlab, 10 peers: their first
+    // sync served cost 1.6 CPU-s, the ones after 0.4; `docs/sync-protocol.md` §8).
+    #[cfg(feature = "mimalloc")]
+    bavl_alloc::no_transparent_huge_pages();
     // The store (if any) stays open, and locked, while serving.
     let (objects, _store, what): (Arc<dyn Objects>, _, String) = match (&args.db, &args.dir) {
         (Some(db), _) => {

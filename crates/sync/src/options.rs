@@ -50,7 +50,7 @@ impl Default for Options {
             request_timeout: Duration::from_secs(30),
             min_rate: 16 << 10,
             grace: Duration::from_secs(5),
-            initial_window: 2,
+            initial_window: 6,
             max_window: 32,
             latency_tolerance: 2.0,
             probe: 3,

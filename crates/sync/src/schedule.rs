@@ -4,7 +4,7 @@
 //! for one; then queued chunks go, first in the queue first, each to the source with room
 //! in its window that would answer soonest ([`crate::source`]), as long as the request's
 //! byte limit fits the budget; before the chunk count is known only chunk 0 is asked, of
-//! up to `probe` sources at once. When nothing is queued, idle sources are given copies
+//! up to `probe` sources at once, without waiting for their manifests. When nothing is queued, idle sources are given copies
 //! of chunks still in flight elsewhere (speculation, for tail latency). Last, it decides
 //! whether the sync is done or can no longer complete.
 
@@ -103,8 +103,16 @@ impl<H: Hasher> Syncer<H> {
             if !src.has_room(now) {
                 continue;
             }
-            let Some(&size) = src.manifest().and_then(|m| m.chunk_sizes.get(index as usize)) else {
-                continue;
+            let size = match src.manifest() {
+                Some(m) => match m.chunk_sizes.get(index as usize) {
+                    Some(&size) => size,
+                    None => continue,
+                },
+                // While the count is unknown, chunk 0 is asked of sources whose manifest is
+                // still on its way: every non-empty tree has one, and its URL needs nothing
+                // from a manifest. This saves the sync a round trip at its start.
+                None if index == 0 && self.truth.is_none() => self.opts.max_chunk_bytes,
+                None => continue,
             };
             if size > self.opts.max_chunk_bytes || self.carries(id, index) {
                 continue;

@@ -320,8 +320,11 @@ impl<H: Hasher> Syncer<H> {
                 return self.ban(source, BanReason::InvalidManifest(e));
             }
             self.truth = Some(Truth { count: 0, capacity: m.capacity, keys: 0 });
-            self.slots.clear();
+            // Chunk 0 may have been asked for before this manifest came: nothing will be
+            // kept of it (the slot stays, for late answers to land on; none can verify).
+            self.cancel_copies(0);
             self.pending.clear();
+            self.slots[0].queued = false;
         }
         self.sources[source.0 as usize].manifest = ManifestState::Have(m);
         self.check_manifest(source);

@@ -164,6 +164,8 @@ pub struct Env {
     /// Baseline chunk size; 0 = the same number of pairs per chunk as bavl's capacity.
     pub baseline_chunk_bytes: u64,
     pub timeout: Duration,
+    /// Unmeasured syncs before each configuration's repetitions.
+    pub warmup: u32,
 }
 
 impl Env {
@@ -457,6 +459,20 @@ pub fn run_setup(env: &Env, s: &Setup, reps: u32) -> Result<Vec<Row>> {
     let servers = start_servers(env, s, &info)?;
     let pids: Vec<u32> = servers.0.iter().map(Child::id).collect();
     let mut rows = Vec::new();
+    // Numbered after the measured ones: the blind baseline seeds its choices with them.
+    for w in 0..env.warmup {
+        let row = run_client(env, s, &info, reps + w, &pids)?;
+        eprintln!(
+            "synclab: {} {} warm-up: {} {:.2} s, cpu client {:.1} s servers {:.1} s proxies {:.1} s",
+            row.exp,
+            row.method.name(),
+            if row.ok { "ok" } else { "FAILED" },
+            row.seconds,
+            row.client_cpu_s,
+            row.servers_cpu_s,
+            row.proxies_cpu_s
+        );
+    }
     for rep in 0..reps {
         let row = run_client(env, s, &info, rep, &pids)?;
         eprintln!(

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use bavl_sync::{resume, Options, Syncer, Want};
+use bavl_sync::{resume, Options, SourceId, Syncer, Want};
 
 use crate::byzantine::{sim, small_opts};
 use crate::sim::{Behaviour, Sim, SimSource, World, VERSION};
@@ -152,7 +152,9 @@ fn empty_tree_is_proven_by_its_root() {
     s.add(SimSource::new(Behaviour::Honest, 5, 1_000_000));
     let log = s.run();
     assert!(log.done);
-    assert!(log.sent.iter().all(|(_, w)| *w == Want::Manifest));
+    // Chunk 0 may be asked for with the manifest; nothing else.
+    assert!(log.sent.iter().any(|(_, w)| *w == Want::Manifest));
+    assert!(log.sent.iter().all(|(_, w)| matches!(w, Want::Manifest | Want::Chunk(0))));
     let tree = s.syncer.finish().unwrap();
     assert_eq!(tree.len(), 0);
 }
@@ -163,4 +165,26 @@ fn options_are_checked() {
     assert!(Syncer::<bavl_core::Sha256>::new([0; 32], 1, bad).is_err());
     let bad = Options { initial_window: 0, ..Options::default() };
     assert!(Syncer::<bavl_core::Sha256>::new([0; 32], 1, bad).is_err());
+}
+
+#[test]
+fn chunk_0_is_asked_for_with_the_manifests() {
+    let world = World::new(600, 16);
+    let root = world.truth.root_hash();
+    let syncer = Syncer::new(root, VERSION, small_opts()).unwrap();
+    let mut s = Sim::new(world, syncer, small_opts().max_buffered_bytes, 7);
+    for _ in 0..4 {
+        s.add(SimSource::new(Behaviour::Honest, 20, 1_000_000));
+    }
+    let log = s.run();
+    assert!(log.done);
+    // As the sources are added, before any answer: each one's manifest and, for the
+    // first `probe` of them (whose manifests are still on their way), chunk 0.
+    let probe = small_opts().probe as u32;
+    let want: Vec<_> = (0..probe)
+        .flat_map(|i| [(SourceId(i), Want::Manifest), (SourceId(i), Want::Chunk(0))])
+        .chain([(SourceId(probe), Want::Manifest)])
+        .collect();
+    assert_eq!(log.sent[..want.len()], want[..]);
+    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
 }
