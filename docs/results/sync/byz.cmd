@@ -1,1 +1,1 @@
-byz: /work/target-netlab/release/bavl-synclab run --exp byz --reps 3 --out docs/results/sync (2026-11-23T14:00:18Z)
+byz: target/release/bavl-synclab run --exp byz,peers,size,chunk --reps 2 --out docs/results/sync (2026-11-23T19:08:46Z)

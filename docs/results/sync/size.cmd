@@ -1,1 +1,1 @@
-size: /work/target-netlab/release/bavl-synclab run --exp byz,peers,size,chunk --reps 2 --out docs/results/sync (2026-11-23T13:45:28Z)
+size: target/release/bavl-synclab run --exp byz,peers,size,chunk --reps 2 --out docs/results/sync (2026-11-23T19:08:46Z)
