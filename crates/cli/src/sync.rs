@@ -194,8 +194,8 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
     let traced = Instant::now();
     let mut on_progress = |s: &Syncer, fetched: u64, ev: &[SourceEvent]| {
         update_bar(&bar, s, fetched, ev);
+        let st = s.status();
         if let Some(t) = trace.as_mut() {
-            let st = s.status();
             // A trace line that cannot be written is not worth failing the sync for.
             let _ = writeln!(
                 t,
@@ -209,7 +209,7 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
             );
         }
         seen.sources = s.sources();
-        seen.status = Some(s.status());
+        seen.status = Some(st);
         seen.events = ev.to_vec();
         seen.fetched_bytes = fetched;
     };

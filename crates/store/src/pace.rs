@@ -119,9 +119,9 @@ impl Pacer {
         }
         // One slice may always run ahead, so the first starts at once.
         let head_start = SLICE_BYTES;
-        let mut seen = (self.activity.events.load(Ordering::Relaxed), Instant::now());
+        let mut idle = IdleWatch::new(&self.activity);
         loop {
-            if stop.load(Ordering::Relaxed) || self.activity.urgent.load(Ordering::Relaxed) {
+            if self.hurried(stop) {
                 return Go::Urgent;
             }
             let grown = self.activity.log_bytes().saturating_sub(self.log_start);
@@ -129,10 +129,7 @@ impl Pacer {
             if done < allowed.saturating_add(head_start) {
                 return Go::InStep;
             }
-            let events = self.activity.events.load(Ordering::Relaxed);
-            if events != seen.0 {
-                seen = (events, Instant::now());
-            } else if seen.1.elapsed() >= self.idle {
+            if idle.for_at_least(self.idle) {
                 return Go::Idle;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -143,15 +140,9 @@ impl Pacer {
     /// [`IDLE`], someone waits for the checkpoint, or `stop` is set.
     pub fn wait_commit(&self, stop: &AtomicBool) {
         let log = self.activity.log_bytes();
-        let mut seen = (self.activity.events.load(Ordering::Relaxed), Instant::now());
-        while self.activity.log_bytes() == log {
-            if stop.load(Ordering::Relaxed) || self.activity.urgent.load(Ordering::Relaxed) {
-                return;
-            }
-            let events = self.activity.events.load(Ordering::Relaxed);
-            if events != seen.0 {
-                seen = (events, Instant::now());
-            } else if seen.1.elapsed() >= self.idle {
+        let mut idle = IdleWatch::new(&self.activity);
+        while self.activity.log_bytes() == log && !self.hurried(stop) {
+            if idle.for_at_least(self.idle) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -160,22 +151,48 @@ impl Pacer {
 
     /// Waits until the checkpoint of `version`, written, may replace the files before it:
     /// when no retained version is older than `version` (each is then rebuilt from it and
-    /// the log), or someone waits for the checkpoint, or `stop` is set. Returns whether
-    /// no retained version is older, i.e. whether the files before it may be deleted.
+    /// the log), or someone waits for the checkpoint, or `stop` is set. Only in the first
+    /// case may the files before it be deleted ([`Activity::oldest`] says).
     ///
     /// A checkpoint is of the newest version when it starts, which the store retains for
     /// `keep_recent - 1` more commits; a paced checkpoint takes many more, so this rarely
     /// waits.
-    pub fn wait_install(&self, version: u64, stop: &AtomicBool) -> bool {
-        loop {
-            if self.activity.oldest() >= version {
-                return true;
-            }
-            if stop.load(Ordering::Relaxed) || self.activity.urgent.load(Ordering::Relaxed) {
-                return false;
-            }
+    pub fn wait_install(&self, version: u64, stop: &AtomicBool) {
+        while self.activity.oldest() < version && !self.hurried(stop) {
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Whether the checkpoint is being abandoned or waited for.
+    fn hurried(&self, stop: &AtomicBool) -> bool {
+        stop.load(Ordering::Relaxed) || self.activity.urgent.load(Ordering::Relaxed)
+    }
+}
+
+/// Notices when the store last did something (an insert, remove or commit).
+struct IdleWatch<'a> {
+    activity: &'a Activity,
+    events: u64,
+    since: Instant,
+}
+
+impl<'a> IdleWatch<'a> {
+    fn new(activity: &'a Activity) -> Self {
+        IdleWatch {
+            activity,
+            events: activity.events.load(Ordering::Relaxed),
+            since: Instant::now(),
+        }
+    }
+
+    /// Whether nothing happened for `idle` (since this watch began, or the last event).
+    fn for_at_least(&mut self, idle: Duration) -> bool {
+        let events = self.activity.events.load(Ordering::Relaxed);
+        if events != self.events {
+            (self.events, self.since) = (events, Instant::now());
+            return false;
+        }
+        self.since.elapsed() >= idle
     }
 }
 
@@ -251,7 +268,9 @@ mod tests {
         let stop = AtomicBool::new(false);
         let p = Pacer::new(a.clone(), CheckpointPace::default(), 1000);
         a.set_oldest(7);
-        assert!(p.wait_install(7, &stop));
+        let t = Instant::now();
+        p.wait_install(7, &stop);
+        assert!(t.elapsed() < Duration::from_secs(1), "waited with nothing older");
         let writer = {
             let a = a.clone();
             std::thread::spawn(move || {
@@ -260,15 +279,18 @@ mod tests {
             })
         };
         let t = Instant::now();
-        assert!(p.wait_install(9, &stop));
+        p.wait_install(9, &stop);
         assert!(t.elapsed() >= Duration::from_millis(30));
+        assert_eq!(a.oldest(), 9);
         writer.join().unwrap();
-        // Someone waits: it goes, but the files before it must stay.
+        // Someone waits, or it is abandoned: it goes, with version 9 still retained (the
+        // files before it must then stay).
         a.urgent.store(true, Ordering::Relaxed);
-        assert!(!p.wait_install(12, &stop));
+        p.wait_install(12, &stop);
         a.urgent.store(false, Ordering::Relaxed);
         stop.store(true, Ordering::Relaxed);
-        assert!(!p.wait_install(12, &stop));
+        p.wait_install(12, &stop);
+        assert!(a.oldest() < 12);
     }
 
     #[test]
