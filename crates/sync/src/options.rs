@@ -31,6 +31,14 @@ pub struct Options {
     pub latency_tolerance: f64,
     /// How many sources are asked for chunk 0 at once before the chunk count is known.
     pub probe: u8,
+    /// Before the chunk count is known, chunks `1..early_chunks` may be asked for too
+    /// (a chunk's URL needs only the root and its index): the first round trip then
+    /// carries data from every source. `0` asks for chunk 0 alone until it verifies.
+    pub early_chunks: u32,
+    /// Byte limit of a chunk asked for before its source's manifest came: a guess, so a
+    /// body over it is not a lie (the chunk is asked again once a manifest states its
+    /// size). Capped at `max_chunk_bytes`.
+    pub early_limit: u64,
     /// Consecutive transient failures after which a source is dropped.
     pub max_retries: u32,
     /// Backoff after a transient failure: `base * 2^(n-1)`, at most `max`.
@@ -52,8 +60,10 @@ impl Default for Options {
             grace: Duration::from_secs(5),
             initial_window: 6,
             max_window: 32,
-            latency_tolerance: 2.0,
+            latency_tolerance: 1.25,
             probe: 3,
+            early_chunks: 64,
+            early_limit: 1 << 20,
             max_retries: 4,
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(10),
@@ -73,6 +83,9 @@ impl Options {
         }
         if self.initial_window == 0 || self.max_window < self.initial_window {
             return bad("windows must satisfy 1 <= initial_window <= max_window");
+        }
+        if self.early_limit < crate::protocol::MIN_CHUNK_LEN {
+            return bad("early_limit must admit a valid chunk");
         }
         if self.probe == 0 || self.probe > 64 {
             return bad("probe must be 1..=64");

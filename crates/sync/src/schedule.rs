@@ -3,8 +3,10 @@
 //! After every event the syncer "pumps": every live source without a manifest is asked
 //! for one; then queued chunks go, first in the queue first, each to the source with room
 //! in its window that would answer soonest ([`crate::source`]), as long as the request's
-//! byte limit fits the budget; before the chunk count is known only chunk 0 is asked, of
-//! up to `probe` sources at once, without waiting for their manifests. When nothing is queued, idle sources are given copies
+//! byte limit fits the budget. Before the chunk count is known, chunk 0 is asked of up
+//! to `probe` sources at once and chunks `1..early_chunks` of the others, without waiting
+//! for manifests (a chunk's URL needs only the root and its index; the limit is then
+//! `early_limit`, a guess). When nothing is queued, idle sources are given copies
 //! of chunks still in flight elsewhere (speculation, for tail latency). Last, it decides
 //! whether the sync is done or can no longer complete.
 
@@ -41,7 +43,8 @@ impl<H: Hasher> Syncer<H> {
                 return;
             }
             self.sources[s].manifest = ManifestState::InFlight;
-            self.send(now, SourceId(s as u32), Want::Manifest, self.opts.max_manifest_bytes);
+            let limit = self.opts.max_manifest_bytes;
+            self.send(now, SourceId(s as u32), Want::Manifest, limit, false);
         }
     }
 
@@ -55,18 +58,39 @@ impl<H: Hasher> Syncer<H> {
                 }
                 continue;
             }
-            let Some((source, size)) = self.pick(now, index) else { return };
+            let Some((source, size, guess)) = self.pick(now, index) else { break };
             if !self.fits(size) {
                 return;
             }
             let slot = &mut self.slots[index as usize];
             // Before the count is known chunk 0 stays queued until `probe` sources have it.
-            let probing = self.truth.is_none() && slot.copies + 1 < self.opts.probe;
+            let probing = index == 0 && self.truth.is_none() && slot.copies + 1 < self.opts.probe;
             if !probing {
                 slot.queued = false;
                 self.pending.pop_front();
             }
-            self.send(now, source, Want::Chunk(index), size);
+            self.send(now, source, Want::Chunk(index), size, guess);
+        }
+        if self.truth.is_none() {
+            self.send_early(now);
+        }
+    }
+
+    /// Before the count is known: chunks `1..early_end` in order, to sources with room.
+    /// Those past the end get `404` from honest sources and are cancelled once a chunk
+    /// verified; the first round trip carries data from every source instead of a probe.
+    fn send_early(&mut self, now: Duration) {
+        while self.early_next < self.early_end {
+            let index = self.early_next;
+            if self.slots.len() <= index as usize {
+                self.slots.resize(index as usize + 1, Default::default());
+            }
+            let Some((source, size, guess)) = self.pick(now, index) else { return };
+            if !self.fits(size) {
+                return;
+            }
+            self.early_next += 1;
+            self.send(now, source, Want::Chunk(index), size, guess);
         }
     }
 
@@ -84,45 +108,50 @@ impl<H: Hasher> Syncer<H> {
             if self.slots[index as usize].verifying > 0 {
                 continue;
             }
-            let Some((source, size)) = self.pick(now, index) else { continue };
+            let Some((source, size, guess)) = self.pick(now, index) else { continue };
             if !self.fits(size) {
                 return;
             }
             self.status.speculative += 1;
-            self.send(now, source, Want::Chunk(index), size);
+            self.send(now, source, Want::Chunk(index), size, guess);
         }
     }
 
-    /// The best source for chunk `index` and the size its manifest claims: live, with room
-    /// in its window, not backing off, not already asked for it, claiming a size within
-    /// the limit.
-    fn pick(&self, now: Duration, index: u64) -> Option<(SourceId, u64)> {
-        let mut best: Option<(f64, SourceId, u64)> = None;
+    /// The best source for chunk `index`, the size its manifest claims and whether that
+    /// size is a guess: live, with room in its window, not backing off, not already asked
+    /// for it, claiming a size within the limit.
+    fn pick(&self, now: Duration, index: u64) -> Option<(SourceId, u64, bool)> {
+        let early = self.truth.is_none();
+        let big = self.slots[index as usize].big;
+        let mut best: Option<(f64, SourceId, u64, bool)> = None;
         for (s, src) in self.sources.iter().enumerate() {
             let id = SourceId(s as u32);
-            if !src.has_room(now) {
+            if !src.has_room(now) || (early && src.early_404.iter().any(|&j| j <= index)) {
                 continue;
             }
-            let size = match src.manifest() {
+            let (size, guess) = match src.manifest() {
                 Some(m) => match m.chunk_sizes.get(index as usize) {
-                    Some(&size) => size,
+                    Some(&size) => (size, false),
                     None => continue,
                 },
-                // While the count is unknown, chunk 0 is asked of sources whose manifest is
-                // still on its way: every non-empty tree has one, and its URL needs nothing
-                // from a manifest. This saves the sync a round trip at its start.
-                None if index == 0 && self.truth.is_none() => self.opts.max_chunk_bytes,
+                // While the count is unknown, chunks are asked of sources whose manifest is
+                // still on its way: a chunk's URL needs nothing from a manifest, and every
+                // non-empty tree has a chunk 0. This saves the sync a round trip or two at
+                // its start. The size is a guess, so a larger chunk is no lie.
+                None if early && !big => {
+                    (self.opts.early_limit.min(self.opts.max_chunk_bytes), true)
+                }
                 None => continue,
             };
             if size > self.opts.max_chunk_bytes || self.carries(id, index) {
                 continue;
             }
             let score = src.score();
-            if best.is_none_or(|(b, _, _)| score < b) {
-                best = Some((score, id, size));
+            if best.is_none_or(|(b, ..)| score < b) {
+                best = Some((score, id, size, guess));
             }
         }
-        best.map(|(_, id, size)| (id, size))
+        best.map(|(_, id, size, guess)| (id, size, guess))
     }
 
     fn carries(&self, source: SourceId, index: u64) -> bool {
@@ -134,11 +163,12 @@ impl<H: Hasher> Syncer<H> {
         self.status.buffered + bytes <= self.opts.max_buffered_bytes
     }
 
-    fn send(&mut self, now: Duration, source: SourceId, want: Want, limit: u64) {
+    fn send(&mut self, now: Duration, source: SourceId, want: Want, limit: u64, guess: bool) {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         let deadline = now + self.opts.request_timeout;
-        self.flights.insert(id, Flight { source, want, sent: now, deadline, reserved: limit });
+        let flight = Flight { source, want, sent: now, deadline, reserved: limit, guess };
+        self.flights.insert(id, flight);
         self.status.buffered += limit;
         self.status.peak_buffered = self.status.peak_buffered.max(self.status.buffered);
         let src = &mut self.sources[source.0 as usize];

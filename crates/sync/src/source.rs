@@ -70,6 +70,9 @@ pub(crate) struct Source {
     /// No request before this time (backoff).
     pub retry_at: Duration,
     pub stats: SourceStats,
+    /// Chunks it answered `404` for before the count was known: judged once its manifest
+    /// or the first verified chunk says whether they exist.
+    pub early_404: Vec<u64>,
 }
 
 impl Source {
@@ -85,6 +88,7 @@ impl Source {
             failures: 0,
             retry_at: Duration::ZERO,
             stats: SourceStats::default(),
+            early_404: Vec::new(),
         }
     }
 

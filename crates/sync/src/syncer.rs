@@ -105,6 +105,8 @@ pub(crate) struct Slot {
     pub size: u64,
     /// It failed once (a later request is a refetch).
     pub failed: bool,
+    /// Its body exceeded `early_limit`: asked for again only at a size a manifest states.
+    pub big: bool,
 }
 
 pub(crate) struct Flight {
@@ -113,6 +115,8 @@ pub(crate) struct Flight {
     pub sent: Duration,
     pub deadline: Duration,
     pub reserved: u64,
+    /// Its limit is `early_limit`, not a size the source stated: a body over it is no lie.
+    pub guess: bool,
 }
 
 /// The sync state machine. See the module documentation.
@@ -124,6 +128,10 @@ pub struct Syncer<H: Hasher = Sha256> {
     pub(crate) truth: Option<Truth>,
     pub(crate) slots: Vec<Slot>,
     pub(crate) pending: VecDeque<u64>,
+    /// Before the count is known: the next chunk index to ask for early, and the end of
+    /// the early range (lowered when a source says an index does not exist).
+    pub(crate) early_next: u64,
+    pub(crate) early_end: u64,
     pub(crate) sources: Vec<Source>,
     pub(crate) flights: BTreeMap<RequestId, Flight>,
     pub(crate) verifying: HashMap<RequestId, (SourceId, u64, u64)>,
@@ -143,6 +151,7 @@ impl<H: Hasher> Syncer<H> {
         opts.check()?;
         let mut slots = vec![Slot::default()];
         slots[0].queued = true;
+        let early_end = u64::from(opts.early_chunks).max(1);
         Ok(Syncer {
             root,
             version,
@@ -151,6 +160,8 @@ impl<H: Hasher> Syncer<H> {
             truth: None,
             slots,
             pending: VecDeque::from([0]),
+            early_next: 1,
+            early_end,
             sources: Vec::new(),
             flights: BTreeMap::new(),
             verifying: HashMap::new(),
@@ -283,6 +294,9 @@ impl<H: Hasher> Syncer<H> {
         let len = body.len() as u64;
         if len > f.reserved {
             // The transport should have cut it: the same verdict.
+            if f.guess {
+                return self.outgrew_guess(f.want);
+            }
             self.ban(f.source, BanReason::Failure(FailureKind::TooLong));
             self.requeue_want(f.want);
             return;
@@ -320,18 +334,32 @@ impl<H: Hasher> Syncer<H> {
                 return self.ban(source, BanReason::InvalidManifest(e));
             }
             self.truth = Some(Truth { count: 0, capacity: m.capacity, keys: 0 });
-            // Chunk 0 may have been asked for before this manifest came: nothing will be
-            // kept of it (the slot stays, for late answers to land on; none can verify).
-            self.cancel_copies(0);
+            // Chunks may have been asked for before this manifest came: nothing will be
+            // kept of them (the slots stay, for late answers to land on; none can verify).
+            self.cancel_chunks(|_| true);
             self.pending.clear();
-            self.slots[0].queued = false;
+            self.slots.iter_mut().for_each(|s| s.queued = false);
         }
-        self.sources[source.0 as usize].manifest = ManifestState::Have(m);
+        let src = &mut self.sources[source.0 as usize];
+        // A source that said `404` for a chunk its own manifest lists does not hold it.
+        let denied = self.truth.is_none() && src.early_404.iter().any(|&i| i < m.chunk_count);
+        src.manifest = ManifestState::Have(m);
+        if denied {
+            return self.drop_source(source, DropReason::NotFound(404));
+        }
         self.check_manifest(source);
     }
 
     fn on_failed(&mut self, now: Duration, id: RequestId, kind: FailureKind) {
         let Some(f) = self.end_flight(id) else { return };
+        if f.guess && kind == FailureKind::TooLong {
+            return self.outgrew_guess(f.want);
+        }
+        if let (Want::Chunk(index), None, Verdict::Unavailable) =
+            (f.want, self.truth, kind.verdict())
+        {
+            return self.early_not_found(f.source, index);
+        }
         self.requeue_want(f.want);
         let (base, max, retries) =
             (self.opts.backoff_base, self.opts.backoff_max, self.opts.max_retries);
@@ -382,6 +410,30 @@ impl<H: Hasher> Syncer<H> {
         }
     }
 
+    /// A chunk asked for at `early_limit` is larger: no lie; it waits for a manifest's size.
+    fn outgrew_guess(&mut self, want: Want) {
+        if let Want::Chunk(index) = want {
+            self.slots[index as usize].big = true;
+            self.requeue(index);
+        }
+    }
+
+    /// `404` for a chunk asked for before the count was known: the tree may be smaller
+    /// (or empty), so the source is judged only once its manifest or the first verified
+    /// chunk tells; meanwhile it is asked for nothing at or beyond that index.
+    fn early_not_found(&mut self, source: SourceId, index: u64) {
+        let src = &mut self.sources[source.0 as usize];
+        src.early_404.push(index);
+        let listed = src.manifest().is_some_and(|m| index < m.chunk_count);
+        if listed {
+            return self.drop_source(source, DropReason::NotFound(404));
+        }
+        if index > 0 {
+            self.early_end = self.early_end.min(index);
+        }
+        self.requeue(index);
+    }
+
     fn reject(&mut self, source: SourceId, index: u64, e: bavl_core::ProofError) {
         self.slots[index as usize].failed = true;
         self.ban(source, BanReason::InvalidChunk { index, source: e });
@@ -405,13 +457,18 @@ impl<H: Hasher> Syncer<H> {
         self.restore.add_verified(vc)?;
         if first {
             self.truth = Some(truth);
-            self.slots.resize(truth.count as usize, Slot::default());
-            for i in 1..truth.count {
-                if i != index {
-                    self.slots[i as usize].queued = true;
+            if self.slots.len() < truth.count as usize {
+                self.slots.resize(truth.count as usize, Slot::default());
+            }
+            for i in 0..truth.count {
+                let s = &mut self.slots[i as usize];
+                if i != index && !s.done && !s.queued && s.copies == 0 && s.verifying == 0 {
+                    s.queued = true;
                     self.pending.push_back(i);
                 }
             }
+            // Early requests past the end can bring nothing (honest sources say `404`).
+            self.cancel_chunks(|i| i >= truth.count);
         }
         let slot = &mut self.slots[index as usize];
         slot.done = true;
@@ -420,8 +477,12 @@ impl<H: Hasher> Syncer<H> {
             self.status.refetches += 1;
         }
         if first {
-            // Every manifest can now be held against the truth.
+            // Every manifest can now be held against the truth, and every early `404`.
             for s in 0..self.sources.len() {
+                let early_404 = std::mem::take(&mut self.sources[s].early_404);
+                if early_404.iter().any(|&i| i < truth.count) {
+                    self.drop_source(SourceId(s as u32), DropReason::NotFound(404));
+                }
                 self.check_manifest(SourceId(s as u32));
             }
         } else {
@@ -494,8 +555,14 @@ impl<H: Hasher> Syncer<H> {
         }
     }
 
-    /// Queues the index again, first, if nothing else will bring it.
+    /// Queues the index again, first, if nothing else will bring it. Before the count is
+    /// known only chunk 0 is queued (the others are once it is); none past the end.
     pub(crate) fn requeue(&mut self, index: u64) {
+        match self.truth {
+            Some(t) if index >= t.count => return,
+            None if index > 0 => return,
+            _ => {}
+        }
         let Some(slot) = self.slots.get_mut(index as usize) else { return };
         if !slot.done && !slot.queued && slot.copies == 0 && slot.verifying == 0 {
             slot.queued = true;
@@ -504,10 +571,15 @@ impl<H: Hasher> Syncer<H> {
     }
 
     fn cancel_copies(&mut self, index: u64) {
+        self.cancel_chunks(|i| i == index);
+    }
+
+    /// Cancels the chunk requests in flight whose index matches.
+    fn cancel_chunks(&mut self, which: impl Fn(u64) -> bool) {
         let ids: Vec<RequestId> = self
             .flights
             .iter()
-            .filter(|(_, f)| f.want == Want::Chunk(index))
+            .filter(|(_, f)| matches!(f.want, Want::Chunk(i) if which(i)))
             .map(|(id, _)| *id)
             .collect();
         for id in ids {

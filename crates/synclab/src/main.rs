@@ -125,7 +125,8 @@ struct RunArgs {
     quick: bool,
     /// Experiments, comma-separated: s7 (issue §7 figures), size, chunk, peers, byz, cpu
     /// (s7's honest runs with no link limits: what the CPUs allow), honest (s7's honest bavl
-    /// run alone, for quick iterations), blind (s7's baseline
+    /// run alone, for quick iterations), bavl7 (s7's bavl runs, 0, 1, 3 and 4 liars, without
+    /// the baseline), blind (s7's baseline
     /// with 1 and 4 liars when nobody is exposed and a random peer is dropped instead).
     #[arg(long, default_value = "s7,size,chunk,peers,byz", value_delimiter = ',')]
     exp: Vec<String>,
@@ -446,6 +447,12 @@ fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {
             }
         }
         "honest" => add(Method::Bavl, 1_000_000, cap, 10, 0),
+        // The §7 configurations of bavl alone (no baseline): a quick check of its figures.
+        "bavl7" => {
+            for b in [0, 1, 3, 4] {
+                add(Method::Bavl, 1_000_000, cap, 10, b);
+            }
+        }
         "blind" => {
             for b in [1, 4] {
                 add(Method::BaselineBlind, 1_000_000, cap, 10, b);

@@ -100,8 +100,9 @@ impl Report {
         }
         self.liars_caught = self.peers.iter().zip(peers).all(|(p, (kind, _))| match kind {
             None => p.health == "live",
-            // Its chunks are the true ones: only its manifest lies.
-            Some(Byzantine::LyingManifest) => p.health == "banned",
+            // Its chunks are the true ones (asked for before its manifest came, they
+            // verify): only its manifest lies.
+            Some(b) if b.lies_on_manifests() => p.health == "banned",
             Some(Byzantine::HttpError) => p.health != "banned" && p.chunks == 0,
             Some(Byzantine::Stall | Byzantine::Trickle) => p.health != "dropped" && p.chunks == 0,
             Some(_) => p.health == "banned" && p.chunks == 0,

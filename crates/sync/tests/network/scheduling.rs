@@ -152,9 +152,11 @@ fn empty_tree_is_proven_by_its_root() {
     s.add(SimSource::new(Behaviour::Honest, 5, 1_000_000));
     let log = s.run();
     assert!(log.done);
-    // Chunk 0 may be asked for with the manifest; nothing else.
+    // Chunks are asked for before the manifest says there are none; the honest `404`s
+    // that answer them cost the source nothing.
     assert!(log.sent.iter().any(|(_, w)| *w == Want::Manifest));
-    assert!(log.sent.iter().all(|(_, w)| matches!(w, Want::Manifest | Want::Chunk(0))));
+    assert!(log.sent.iter().any(|(_, w)| *w == Want::Chunk(1)));
+    assert!(log.banned.is_empty() && log.dropped.is_empty(), "{:?} {:?}", log.banned, log.dropped);
     let tree = s.syncer.finish().unwrap();
     assert_eq!(tree.len(), 0);
 }
@@ -168,23 +170,107 @@ fn options_are_checked() {
 }
 
 #[test]
-fn chunk_0_is_asked_for_with_the_manifests() {
+fn chunks_are_asked_for_before_any_manifest() {
     let world = World::new(600, 16);
+    assert!(world.truth.chunk_count() > 24);
     let root = world.truth.root_hash();
-    let syncer = Syncer::new(root, VERSION, small_opts()).unwrap();
-    let mut s = Sim::new(world, syncer, small_opts().max_buffered_bytes, 7);
+    let opts = Options { max_buffered_bytes: 4 << 20, ..small_opts() };
+    let syncer = Syncer::new(root, VERSION, opts.clone()).unwrap();
+    let mut s = Sim::new(world, syncer, opts.max_buffered_bytes, 7);
     for _ in 0..4 {
         s.add(SimSource::new(Behaviour::Honest, 20, 1_000_000));
     }
     let log = s.run();
     assert!(log.done);
-    // As the sources are added, before any answer: each one's manifest and, for the
-    // first `probe` of them (whose manifests are still on their way), chunk 0.
-    let probe = small_opts().probe as u32;
-    let want: Vec<_> = (0..probe)
-        .flat_map(|i| [(SourceId(i), Want::Manifest), (SourceId(i), Want::Chunk(0))])
-        .chain([(SourceId(probe), Want::Manifest)])
-        .collect();
+    // As the sources are added, before any answer, each fills its window: its manifest,
+    // chunk 0 for the first `probe` of them, then chunks 1, 2, ... in order.
+    let (probe, window) = (opts.probe as u32, opts.initial_window as usize);
+    let mut next = 1;
+    let mut want = Vec::new();
+    for i in 0..4 {
+        let mut sent = vec![Want::Manifest];
+        if i < probe {
+            sent.push(Want::Chunk(0));
+        }
+        while sent.len() < window {
+            sent.push(Want::Chunk(next));
+            next += 1;
+        }
+        want.extend(sent.into_iter().map(|w| (SourceId(i), w)));
+    }
     assert_eq!(log.sent[..want.len()], want[..]);
+    assert!(log.banned.is_empty() && log.dropped.is_empty(), "{:?} {:?}", log.banned, log.dropped);
     assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+}
+
+#[test]
+fn a_tree_smaller_than_the_early_range_costs_no_source() {
+    let world = World::new(40, 16);
+    let count = world.truth.chunk_count();
+    assert!((2..6).contains(&count), "{count} chunks");
+    let root = world.truth.root_hash();
+    let mut s = sim_of(world, small_opts(), 8);
+    for k in 0..3 {
+        s.add(SimSource::new(Behaviour::Honest, 3 + 5 * k, 1_000_000));
+    }
+    let log = s.run();
+    assert!(log.done);
+    assert!(log.sent.iter().any(|(_, w)| matches!(w, Want::Chunk(i) if *i >= count)));
+    assert!(log.banned.is_empty() && log.dropped.is_empty(), "{:?} {:?}", log.banned, log.dropped);
+    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+}
+
+#[test]
+fn a_chunk_larger_than_the_early_limit_is_no_lie() {
+    let world = World::new(600, 16);
+    let smallest = (0..world.truth.chunk_count())
+        .map(|i| world.truth.export_chunk(i).unwrap().len())
+        .min()
+        .unwrap() as u64;
+    let root = world.truth.root_hash();
+    let opts = Options { early_limit: smallest - 1, ..small_opts() };
+    let mut s = sim_of(world, opts, 9);
+    for k in 0..3 {
+        s.add(SimSource::new(Behaviour::Honest, 4 + k, 1_000_000));
+    }
+    let log = s.run();
+    assert!(log.done, "{:?}", log.failed);
+    assert!(log.banned.is_empty() && log.dropped.is_empty(), "{:?} {:?}", log.banned, log.dropped);
+    // Every early request was cut at the limit, so chunk 0 was asked again, at the size
+    // a manifest states.
+    assert!(log.sent.iter().filter(|(_, w)| *w == Want::Chunk(0)).count() > opts_probe());
+    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+}
+
+fn opts_probe() -> usize {
+    small_opts().probe as usize
+}
+
+#[test]
+fn a_source_denying_chunks_it_lists_is_dropped_not_banned() {
+    // Denied before the count is known (its `404`s come first: it is the nearest), then
+    // judged by its own manifest or the first verified chunk.
+    for seed in 0..4 {
+        let world = World::new(600, 16);
+        let root = world.truth.root_hash();
+        let mut s = sim_of(world, small_opts(), seed);
+        s.add(SimSource::new(Behaviour::ChunksMissing, 1, 50_000_000));
+        s.add(SimSource::new(Behaviour::Honest, 5, 1_000_000));
+        s.add(SimSource::new(Behaviour::Honest, 9, 1_000_000));
+        let log = s.run();
+        assert!(log.done);
+        assert!(log.banned.is_empty(), "{:?}", log.banned);
+        assert!(
+            matches!(log.dropped[..], [(SourceId(0), bavl_sync::DropReason::NotFound(404))]),
+            "{:?}",
+            log.dropped
+        );
+        assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    }
+}
+
+fn sim_of(world: World, opts: Options, seed: u64) -> Sim {
+    let root = world.truth.root_hash();
+    let syncer = Syncer::new(root, VERSION, opts.clone()).unwrap();
+    Sim::new(world, syncer, opts.max_buffered_bytes, seed)
 }

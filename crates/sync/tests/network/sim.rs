@@ -56,6 +56,8 @@ pub enum Behaviour {
     Http(u16),
     /// This status for the first `n` requests, honest after.
     Flaky(u16, u32),
+    /// An honest manifest, but `404` for every chunk (a pruned or partial copy).
+    ChunksMissing,
     /// Random bytes to every request.
     Garbage,
     /// Redirects without end.
@@ -359,6 +361,10 @@ impl Sim {
             return Answer::Body((0..len).map(|_| self.rng.gen()).collect());
         }
         let w = &self.world;
+        // A chunk the tree does not have (asked for before the count is known): 404.
+        if matches!(req.want, Want::Chunk(i) if i >= w.truth.chunk_count() && i > 0) {
+            return Answer::Fail(FailureKind::Http(404));
+        }
         let honest = || match req.want {
             Want::Manifest => Manifest::from_snapshot(VERSION, &w.truth).to_json(),
             Want::Chunk(i) => w.truth.export_chunk(i).unwrap_or_default(),
@@ -438,6 +444,10 @@ impl Sim {
                 }
             },
             Behaviour::Http(status) => return Answer::Fail(FailureKind::Http(status)),
+            Behaviour::ChunksMissing => match req.want {
+                Want::Manifest => honest(),
+                Want::Chunk(_) => return Answer::Fail(FailureKind::Http(404)),
+            },
             Behaviour::Flaky(status, n) if served < n => {
                 return Answer::Fail(FailureKind::Http(status))
             }
