@@ -229,8 +229,24 @@ fn main() {
     }
     let n_forge = out.n;
 
+    // syncer: every fixture from 1-4 honest sources (no ops: the honest end alone), with
+    // an early limit below every chunk, and random scripts of answers, lies, failures,
+    // verifications and waits.
+    let mut out = Out::new(&root, "syncer", |_| {});
+    let mut rng = Rng(7);
+    for f in 0..4u8 {
+        for sources in 0..4u8 {
+            out.put(&[f, sources, 255]);
+            out.put(&[f, sources, 0]);
+            let mut script = vec![f, sources, rng.below(256) as u8];
+            script.extend((0..2 * (20 + rng.below(100))).map(|_| rng.below(256) as u8));
+            out.put(&script);
+        }
+    }
+    let n_syncer = out.n;
+
     println!(
-        "seeds in {}: verify_chunk {n_chunk}, verify_proofs {n_proofs}, restore {n_restore}, roundtrip {n_roundtrip}, forge {n_forge} \
+        "seeds in {}: verify_chunk {n_chunk}, verify_proofs {n_proofs}, restore {n_restore}, roundtrip {n_roundtrip}, forge {n_forge}, syncer {n_syncer} \
          (fixtures: {})",
         root.display(),
         fx.iter().map(|f| format!("{} {} keys/{} chunks", f.name, f.entries.len(), f.chunks.len())).collect::<Vec<_>>().join(", ")

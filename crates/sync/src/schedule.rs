@@ -50,8 +50,10 @@ impl<H: Hasher> Syncer<H> {
 
     fn send_chunks(&mut self, now: Duration) {
         while let Some(&index) = self.pending.front() {
-            if self.slots.get(index as usize).is_none_or(|s| s.done) {
-                // Arrived meanwhile (a speculative copy, a local chunk): drop it lazily.
+            // Arrived meanwhile (a speculative copy, a local chunk), or (chunk 0, kept
+            // queued while it is probed) a copy is being verified: drop it lazily. If that
+            // copy fails, it is queued again.
+            if self.slots.get(index as usize).is_none_or(|s| s.done || s.verifying > 0) {
                 self.pending.pop_front();
                 if let Some(s) = self.slots.get_mut(index as usize) {
                     s.queued = false;

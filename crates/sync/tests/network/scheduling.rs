@@ -274,3 +274,18 @@ fn sim_of(world: World, opts: Options, seed: u64) -> Sim {
     let syncer = Syncer::new(root, VERSION, opts.clone()).unwrap();
     Sim::new(world, syncer, opts.max_buffered_bytes, seed)
 }
+
+#[test]
+fn chunk_0_is_not_asked_again_while_a_copy_verifies() {
+    let world = World::new(600, 16);
+    let root = world.truth.root_hash();
+    let mut s = sim_of(world, small_opts(), 10);
+    s.verify_cost = Duration::from_millis(30); // answers come far sooner than verdicts
+    s.add(SimSource::new(Behaviour::Honest, 1, 50_000_000));
+    s.add(SimSource::new(Behaviour::Honest, 1, 50_000_000));
+    let log = s.run();
+    assert!(log.done);
+    let asked = log.sent.iter().filter(|(_, w)| *w == Want::Chunk(0)).count();
+    assert!(asked <= 2, "chunk 0 asked {asked} times");
+    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+}
