@@ -16,8 +16,9 @@
 //! Opening reads the newest checkpoint, or the one before it if its log still reaches the
 //! newest one and so rebuilds more of the retained versions (verifying every chunk against
 //! its root), replays the log after it (checking every recorded root), discards a record
-//! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`]. The live state and
-//! the retained versions are held in memory. Formats and reasons: `docs/design.md` §7.
+//! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`]. The
+//! live state and the retained versions are held in memory. Formats and reasons:
+//! `docs/design.md` §7.
 //!
 //! ```
 //! use bavl_store::{Options, Store};
