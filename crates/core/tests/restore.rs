@@ -216,3 +216,25 @@ fn blake3_trees_prove_and_restore() {
     }
     assert_eq!(r.finish(8).unwrap().root_hash(), snap.root_hash());
 }
+
+#[test]
+fn chunks_exported_into_one_buffer_are_the_chunks_exported_alone() {
+    let mut tree = build(16, 2_000, 5);
+    let snap = tree.snapshot();
+    let mut buf = b"prefix".to_vec();
+    let mut ends = Vec::new();
+    for i in 0..snap.chunk_count() {
+        assert!(snap.export_chunk_into(i, &mut buf));
+        ends.push(buf.len());
+    }
+    let mut start = b"prefix".len();
+    for (i, end) in ends.into_iter().enumerate() {
+        assert_eq!(buf[start..end], snap.export_chunk(i as u64).unwrap()[..], "chunk {i}");
+        start = end;
+    }
+    // No chunk past the end, nor of an empty tree: the buffer is left as it was.
+    let len = buf.len();
+    assert!(!snap.export_chunk_into(snap.chunk_count(), &mut buf));
+    assert!(!Tree::new().snapshot().export_chunk_into(0, &mut buf));
+    assert_eq!(buf.len(), len);
+}

@@ -50,11 +50,11 @@ enum LeafKind {
 }
 
 struct Emitter<'a, H: Hasher, F: Fn(u64) -> LeafKind> {
-    out: Vec<u8>,
+    out: &'a mut Vec<u8>,
     lo: u64,
     hi: u64,
     kind: F,
-    _v: std::marker::PhantomData<&'a H>,
+    _v: std::marker::PhantomData<H>,
 }
 
 impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
@@ -62,8 +62,8 @@ impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
         let kc = node.key_count();
         if offset + kc <= self.lo || offset >= self.hi {
             self.out.push(T_PRUNED);
-            put_varint(&mut self.out, kc);
-            put_varint(&mut self.out, node.chunk_count());
+            put_varint(self.out, kc);
+            put_varint(self.out, node.chunk_count());
             self.out.extend_from_slice(&node.cached_hash().unwrap_or_default());
             return;
         }
@@ -77,9 +77,9 @@ impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
                 self.out.push(T_CHUNK);
                 let p = self.lo.saturating_sub(offset) as usize;
                 let e = (self.hi - offset).min(kc) as usize;
-                put_varint(&mut self.out, kc);
-                put_varint(&mut self.out, p as u64);
-                put_varint(&mut self.out, (e - p) as u64);
+                put_varint(self.out, kc);
+                put_varint(self.out, p as u64);
+                put_varint(self.out, (e - p) as u64);
                 self.in_chunk(c, 0, c.len(), p, e, offset);
             }
         }
@@ -94,13 +94,13 @@ impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
                 LeafKind::Subject => self.out.push(L_SUBJECT),
                 LeafKind::Hash => {
                     self.out.push(L_HASH);
-                    put_bytes(&mut self.out, c.key(a));
+                    put_bytes(self.out, c.key(a));
                     self.out.extend_from_slice(&value_hash::<H>(c.value(a)));
                 }
                 LeafKind::Value => {
                     self.out.push(L_VALUE);
-                    put_bytes(&mut self.out, c.key(a));
-                    put_bytes(&mut self.out, c.value(a));
+                    put_bytes(self.out, c.key(a));
+                    put_bytes(self.out, c.value(a));
                 }
             }
         } else {
@@ -118,14 +118,27 @@ fn emit<H: Hasher>(
     hi: u64,
     kind: impl Fn(u64) -> LeafKind,
 ) -> Vec<u8> {
-    let mut out = vec![FORMAT_VERSION, proof_kind];
-    put_varint(&mut out, u64::from(view.capacity));
+    let mut out = Vec::new();
+    emit_into::<H>(view, proof_kind, lo, hi, kind, &mut out);
+    out
+}
+
+/// Appends the proof to `out`.
+fn emit_into<H: Hasher>(
+    view: View<'_>,
+    proof_kind: u8,
+    lo: u64,
+    hi: u64,
+    kind: impl Fn(u64) -> LeafKind,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(&[FORMAT_VERSION, proof_kind]);
+    put_varint(out, u64::from(view.capacity));
     let mut em = Emitter::<H, _> { out, lo, hi, kind, _v: Default::default() };
     match view.root {
         None => em.out.push(T_EMPTY),
         Some(root) => em.node(root, 0),
     }
-    em.out
 }
 
 pub(crate) fn below(k: &[u8], lo: Bound<&[u8]>) -> bool {
@@ -198,12 +211,22 @@ impl<H: Hasher> Snapshot<H> {
     /// Chunk `i` with all its entries and the proof binding it to index `i`, the chunk
     /// count and the root; `None` if there is no chunk `i`.
     pub fn export_chunk(&self, i: u64) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        self.export_chunk_into(i, &mut out).then_some(out)
+    }
+
+    /// [`Snapshot::export_chunk`] appended to `out`, for writers that frame many chunks in
+    /// one buffer (a checkpoint file, a response): no allocation or copy per chunk. False,
+    /// with `out` unchanged, if there is no chunk `i`.
+    pub fn export_chunk_into(&self, i: u64, out: &mut Vec<u8>) -> bool {
         let view = self.view();
-        let root = view.root?;
+        let Some(root) = view.root else { return false };
         if i >= root.chunk_count() {
-            return None;
+            return false;
         }
         let (c, before) = root.chunk_at(i);
-        Some(emit::<H>(view, kind::CHUNK, before, before + c.len() as u64, |_| LeafKind::Value))
+        let (lo, hi) = (before, before + c.len() as u64);
+        emit_into::<H>(view, kind::CHUNK, lo, hi, |_| LeafKind::Value, out);
+        true
     }
 }
