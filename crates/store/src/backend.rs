@@ -17,6 +17,11 @@ use std::sync::Arc;
 pub trait WriteFile: Write + Send {
     /// Makes everything written so far durable (`fdatasync`).
     fn sync(&mut self) -> io::Result<()>;
+    /// Starts writing bytes `offset..offset + len` (already written to the file) to the
+    /// disk, without waiting for them. A hint, not a promise: only [`WriteFile::sync`]
+    /// makes bytes durable. A paced checkpoint, written to the page cache whole, hands it
+    /// to the disk this way slice by slice; a backend may do nothing.
+    fn start_writeback(&mut self, _offset: u64, _len: u64) {}
 }
 
 /// The file operations the store needs. Names are plain file names (no separators).
@@ -102,6 +107,19 @@ impl Write for DirFile {
 impl WriteFile for DirFile {
     fn sync(&mut self) -> io::Result<()> {
         self.0.sync_data()
+    }
+    /// `posix_fadvise(POSIX_FADV_DONTNEED)`: on Linux it starts the range's writeback and
+    /// returns (its pages stay cached while they are being written). Unlike
+    /// `fdatasync`, it syncs neither the rest of the file nor the journal, and flushes
+    /// no device cache.
+    fn start_writeback(&mut self, offset: u64, len: u64) {
+        #[cfg(target_os = "linux")]
+        {
+            let advice = rustix::fs::Advice::DontNeed;
+            let _ = rustix::fs::fadvise(&self.0, offset, std::num::NonZeroU64::new(len), advice);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (offset, len);
     }
 }
 
@@ -214,6 +232,10 @@ impl WriteFile for FaultyFile {
     fn sync(&mut self) -> io::Result<()> {
         FaultyBackend::spend(&self.budget)?;
         self.inner.sync()
+    }
+    fn start_writeback(&mut self, offset: u64, len: u64) {
+        // A hint that cannot fail: it costs no budget.
+        self.inner.start_writeback(offset, len)
     }
 }
 

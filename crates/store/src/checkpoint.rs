@@ -6,13 +6,13 @@
 //! tree with `Restore`, so any damage is detected, whatever bytes it hits. Byte layout:
 //! `docs/design.md` §7.3.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bavl_core::{Digest, Restore, Sha256, Snapshot, Tree};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, WriteFile};
 use crate::error::{IoContext, StoreError};
 use crate::meta::{checkpoint_name, TMP_SUFFIX};
 use crate::pace::{Pacer, SLICE_BYTES};
@@ -83,63 +83,61 @@ pub struct CheckpointReport {
     pub encoding: Duration,
 }
 
-/// A snapshot's checkpoint, encoded in memory: the header, then the chunk records in
-/// slices of about [`SLICE_BYTES`], then the trailer.
-struct Encoded {
-    version: u64,
-    /// How long encoding took.
-    took: Duration,
-    root: Digest,
-    chunks: u64,
-    /// Header, records and trailer, in order; the header and trailer are slices of their
-    /// own.
-    slices: Vec<Vec<u8>>,
-    bytes: u64,
-}
-
-/// Encodes `snap` as the checkpoint of `version` in memory, then drops it. `None` if
-/// `stop` became true meanwhile.
+/// How far a paced checkpoint's encoding may run ahead of the bytes handed to the disk.
 ///
-/// A checkpoint holds its snapshot only while it encodes (about 0.3 s at 1M keys), not
-/// while its bytes trickle to the disk: a held version keeps every chunk the writer
-/// replaces meanwhile alive, and the writer's copies then land in memory it has not just
-/// recycled, which slows its blocks by about 10% (`docs/design.md` §8.7). The encoding is
-/// about half the size of the chunks in memory.
-fn encode(version: u64, snap: Snapshot, stop: &AtomicBool) -> Option<Encoded> {
-    let start = Instant::now();
-    let count = snap.chunk_count();
-    let root = snap.root_hash();
-    let header = encode_header(version, &root, snap.capacity(), snap.len(), count);
-    let mut bytes = header.len() as u64;
-    let mut slices = vec![header];
-    let mut slice = Vec::with_capacity(SLICE_BYTES as usize + (64 << 10));
-    for i in 0..count {
-        if i % 256 == 0 && stop.load(Ordering::Relaxed) {
-            return None;
-        }
-        let chunk = snap.export_chunk(i).expect("index below the chunk count");
-        slice.extend_from_slice(&record_prefix(&chunk));
-        slice.extend_from_slice(&chunk);
-        if slice.len() as u64 >= SLICE_BYTES {
-            bytes += slice.len() as u64;
-            let next = Vec::with_capacity(SLICE_BYTES as usize + (64 << 10));
-            slices.push(std::mem::replace(&mut slice, next));
-        }
-    }
-    drop(snap);
-    bytes += slice.len() as u64;
-    slices.push(slice);
-    let trailer = encode_trailer(count);
-    bytes += trailer.len() as u64;
-    slices.push(trailer);
-    Some(Encoded { version, took: start.elapsed(), root, chunks: count, slices, bytes })
+/// The encoding goes to the file (the page cache) as fast as it is made, so the snapshot
+/// is held only while it is encoded; the paced writeback follows behind. Up to this lead
+/// nothing waits. It stays well below the kernel's threshold for background writeback
+/// (`vm.dirty_background_ratio`, 10% of the available memory by default, 2.3 GB on the
+/// 24 GiB machines measured here), beyond which the kernel would write the file back in
+/// one burst itself. A larger checkpoint (over about 4M Workload B keys) paces its
+/// encoding too, and holds its snapshot for that part of its writeback.
+pub const MAX_LEAD: u64 = 512 << 20;
+
+/// The checkpoint file being written, and how much of it was handed to the disk.
+struct Out<'a> {
+    file: Box<dyn WriteFile>,
+    tmp: &'a str,
+    pacer: Option<&'a Pacer>,
+    written: u64,
+    handed: u64,
 }
 
-/// Writes `snap` as the checkpoint of `version`: encodes it ([`encode`], which lets the
-/// snapshot go), then writes it to a temporary file, synced, renamed into place. If
-/// `stop` becomes true the write is abandoned (`Ok(None)`). With a `pacer`, each slice
-/// waits for its turn and is synced as it is written, and the rename waits until no
-/// retained version is older than `version` ([`Pacer::wait_install`]).
+impl Out<'_> {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.file
+            .write_all(bytes)
+            .map_err(|e| StoreError::io(format!("writing {}", self.tmp), e))?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Waits for the pacer's leave to hand the next slice of what was written to the
+    /// disk (of a file of about `total` bytes), and hands it; false if `stop` was set.
+    fn hand_one(&mut self, total: u64, stop: &AtomicBool) -> bool {
+        let Some(pacer) = self.pacer else { return true };
+        pacer.wait(self.handed, total, stop);
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let len = SLICE_BYTES.min(self.written - self.handed);
+        self.file.start_writeback(self.handed, len);
+        self.handed += len;
+        true
+    }
+}
+
+/// Writes `snap` as the checkpoint of `version` to a temporary file, synced, renamed into
+/// place. If `stop` becomes true the write is abandoned (`Ok(None)`).
+///
+/// The snapshot is encoded straight into the file (its chunks exported into one reused
+/// buffer of about [`SLICE_BYTES`]) and then let go: a held version keeps every chunk the
+/// writer replaces meanwhile alive, and the writer's copies then land in memory it has
+/// not just recycled (`docs/design.md` §8.7). With a `pacer`, the file then goes to the
+/// disk slice by slice in step with the log ([`WriteFile::start_writeback`], which
+/// neither waits nor syncs the journal), is synced once at the end, and is renamed only
+/// when no retained version is older than `version` ([`Pacer::wait_install`]).
+///
 pub fn write(
     backend: &dyn Backend,
     version: u64,
@@ -147,45 +145,72 @@ pub fn write(
     stop: &AtomicBool,
     pacer: Option<&Pacer>,
 ) -> Result<Option<CheckpointReport>, StoreError> {
-    let start = Instant::now();
-    let Some(encoded) = encode(version, snap, stop) else { return Ok(None) };
-    write_encoded(backend, encoded, stop, pacer, start)
+    write_with_lead(backend, version, snap, stop, pacer, MAX_LEAD)
 }
 
-fn write_encoded(
+fn write_with_lead(
     backend: &dyn Backend,
-    encoded: Encoded,
+    version: u64,
+    snap: Snapshot,
     stop: &AtomicBool,
     pacer: Option<&Pacer>,
-    start: Instant,
+    lead: u64,
 ) -> Result<Option<CheckpointReport>, StoreError> {
-    let Encoded { version, took: encoding, root, chunks, slices, bytes } = encoded;
+    let start = Instant::now();
     let name = checkpoint_name(version);
     let tmp = format!("{name}{TMP_SUFFIX}");
-    let mut file = backend.create(&tmp).ctx(|| format!("creating {tmp}"))?;
-    let werr = |e: io::Error| StoreError::io(format!("writing {tmp}"), e);
-    let sliced = pacer.is_some_and(Pacer::sliced);
-    let mut written = 0;
-    // Each slice is freed once written, so the memory goes as the file grows.
-    for slice in slices {
-        if let Some(p) = pacer {
-            p.wait(written, bytes, stop);
+    let file = backend.create(&tmp).ctx(|| format!("creating {tmp}"))?;
+    let pacer = pacer.filter(|p| p.sliced());
+    let mut out = Out { file, tmp: &tmp, pacer, written: 0, handed: 0 };
+    let abandon = |out: Out| {
+        drop(out);
+        let _ = backend.remove(&tmp);
+        Ok(None)
+    };
+
+    let count = snap.chunk_count();
+    let root = snap.root_hash();
+    let mut buf = Vec::with_capacity(SLICE_BYTES as usize + (64 << 10));
+    buf.extend_from_slice(&encode_header(version, &root, snap.capacity(), snap.len(), count));
+    for i in 0..count {
+        if i % 256 == 0 && stop.load(Ordering::Relaxed) {
+            return abandon(out);
         }
-        if stop.load(Ordering::Relaxed) {
-            drop(file);
-            let _ = backend.remove(&tmp);
-            return Ok(None);
-        }
-        file.write_all(&slice).map_err(werr)?;
-        written += slice.len() as u64;
-        if sliced && slice.len() as u64 >= SLICE_BYTES {
-            // Hand this slice to the disk now, so that the final sync (and the log's
-            // syncs meanwhile) never wait behind the whole checkpoint.
-            file.sync().ctx(|| format!("syncing {tmp}"))?;
+        let at = buf.len();
+        buf.extend_from_slice(&[0; 4]);
+        snap.export_chunk_into(i, &mut buf);
+        let len = (buf.len() - at - 4) as u32;
+        buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        if buf.len() as u64 >= SLICE_BYTES {
+            out.write(&buf)?;
+            buf.clear();
+            // A checkpoint larger than the lead paces its encoding as well, against the
+            // size its encoding so far suggests.
+            while out.written - out.handed > lead {
+                let total = (out.written as u128 * count as u128 / (i + 1) as u128) as u64;
+                if !out.hand_one(total.max(out.written), stop) {
+                    return abandon(out);
+                }
+            }
         }
     }
-    file.sync().ctx(|| format!("syncing {tmp}"))?;
-    drop(file);
+    drop(snap);
+    buf.extend_from_slice(&encode_trailer(count));
+    out.write(&buf)?;
+    drop(buf);
+    let encoding = start.elapsed();
+
+    while out.pacer.is_some() && out.handed < out.written {
+        if !out.hand_one(out.written, stop) {
+            return abandon(out);
+        }
+    }
+    if stop.load(Ordering::Relaxed) {
+        return abandon(out);
+    }
+    out.file.sync().ctx(|| format!("syncing {tmp}"))?;
+    let bytes = out.written;
+    drop(out);
     if let Some(p) = pacer {
         p.wait_install(version, stop);
     }
@@ -195,7 +220,14 @@ fn write_encoded(
     }
     backend.rename(&tmp, &name).ctx(|| format!("renaming {tmp} to {name}"))?;
     backend.sync_dir().ctx(|| format!("syncing the directory after writing {name}"))?;
-    Ok(Some(CheckpointReport { version, root, chunks, bytes, elapsed: start.elapsed(), encoding }))
+    Ok(Some(CheckpointReport {
+        version,
+        root,
+        chunks: count,
+        bytes,
+        elapsed: start.elapsed(),
+        encoding,
+    }))
 }
 
 /// The header of a checkpoint file.
@@ -309,8 +341,11 @@ pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreEr
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
     use crate::backend::MemBackend;
+    use crate::pace::{Activity, CheckpointPace};
 
     fn tree(keys: u32) -> Tree {
         let mut t = Tree::with_capacity(16).unwrap();
@@ -320,40 +355,171 @@ mod tests {
         t
     }
 
+    /// The file a checkpoint of `snap` must be, framed here independently of `write`.
+    fn expected_file(version: u64, snap: &Snapshot) -> Vec<u8> {
+        let (count, root) = (snap.chunk_count(), snap.root_hash());
+        let mut f = encode_header(version, &root, snap.capacity(), snap.len(), count);
+        for i in 0..count {
+            let chunk = snap.export_chunk(i).unwrap();
+            f.extend_from_slice(&record_prefix(&chunk));
+            f.extend_from_slice(&chunk);
+        }
+        f.extend_from_slice(&encode_trailer(count));
+        f
+    }
+
     #[test]
-    fn the_encoding_is_the_file_and_reads_back_as_the_tree() {
+    fn the_file_is_the_framed_chunks_and_reads_back_as_the_tree() {
         let mut t = tree(60_000);
         let never = AtomicBool::new(false);
-        let enc = encode(7, t.snapshot(), &never).unwrap();
-        assert_eq!(enc.chunks, t.chunk_count());
-        assert!(enc.bytes > 2 * SLICE_BYTES, "several slices: {}", enc.bytes);
-        // Header, full slices, the last partial slice, trailer.
-        let n = enc.slices.len();
-        assert_eq!(enc.slices[0].len(), HEADER_LEN);
-        assert_eq!(enc.slices[n - 1].len(), TRAILER_LEN);
-        assert!(enc.slices[1..n - 2].iter().all(|s| s.len() as u64 >= SLICE_BYTES));
-        let joined: Vec<u8> = enc.slices.concat();
-        assert_eq!(joined.len() as u64, enc.bytes);
-
+        let want = expected_file(7, &t.snapshot());
+        assert!(want.len() as u64 > 2 * SLICE_BYTES, "several slices: {}", want.len());
         let b = MemBackend::new();
         let rep = write(&b, 7, t.snapshot(), &never, None).unwrap().unwrap();
-        assert_eq!(rep.bytes, enc.bytes);
+        assert_eq!(rep.bytes, want.len() as u64);
         assert!(rep.encoding <= rep.elapsed);
         let name = checkpoint_name(7);
-        let mut file = Vec::new();
-        b.open_read(&name).unwrap().read_to_end(&mut file).unwrap();
-        assert!(file == joined, "the file is the encoding");
+        assert!(b.get(&name).unwrap() == want, "the file is the framed export");
         let (h, mut back) = read(&b, &name).unwrap();
         assert_eq!((h.version, h.keys, back.root_hash()), (7, 60_000, t.root_hash()));
+    }
+
+    /// What a file saw: bytes written, the ranges handed to the disk, syncs.
+    #[derive(Debug, PartialEq)]
+    enum Event {
+        Wrote(u64),
+        Handed(u64, u64),
+        Synced,
+    }
+
+    /// A file that records its events, and sets the flag (if any) when a slice is handed.
+    struct Watched(Box<dyn WriteFile>, Arc<Mutex<Vec<Event>>>, Option<Arc<AtomicBool>>);
+
+    impl std::io::Write for Watched {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.1.lock().unwrap().push(Event::Wrote(buf.len() as u64));
+            self.0.write_all(buf).map(|()| buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl WriteFile for Watched {
+        fn sync(&mut self) -> io::Result<()> {
+            self.1.lock().unwrap().push(Event::Synced);
+            self.0.sync()
+        }
+        fn start_writeback(&mut self, offset: u64, len: u64) {
+            self.1.lock().unwrap().push(Event::Handed(offset, len));
+            if let Some(stop) = &self.2 {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A [`MemBackend`] whose created files record their events (and set the flag).
+    struct Watching(MemBackend, Arc<Mutex<Vec<Event>>>, Option<Arc<AtomicBool>>);
+
+    impl Backend for Watching {
+        fn list(&self) -> io::Result<Vec<String>> {
+            self.0.list()
+        }
+        fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>> {
+            self.0.open_read(name)
+        }
+        fn file_len(&self, name: &str) -> io::Result<u64> {
+            self.0.file_len(name)
+        }
+        fn create(&self, name: &str) -> io::Result<Box<dyn WriteFile>> {
+            Ok(Box::new(Watched(self.0.create(name)?, self.1.clone(), self.2.clone())))
+        }
+        fn open_append(&self, name: &str, len: u64) -> io::Result<Box<dyn WriteFile>> {
+            self.0.open_append(name, len)
+        }
+        fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+            self.0.rename(from, to)
+        }
+        fn remove(&self, name: &str) -> io::Result<()> {
+            self.0.remove(name)
+        }
+        fn sync_dir(&self) -> io::Result<()> {
+            self.0.sync_dir()
+        }
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+    }
+
+    /// Writes a paced checkpoint of `t` with the given lead, its pacer let through by an
+    /// idle store; returns the file's events.
+    fn paced(t: &mut Tree, lead: u64) -> (Vec<Event>, Vec<u8>) {
+        let b = Watching(MemBackend::new(), Arc::default(), None);
+        // An idle store (each slice goes after the idle time) retaining nothing older.
+        let activity = Activity::new();
+        activity.set_oldest(3);
+        let pacer = Pacer::new(activity, CheckpointPace::default(), 1 << 30);
+        let never = AtomicBool::new(false);
+        write_with_lead(&b, 3, t.snapshot(), &never, Some(&pacer), lead).unwrap().unwrap();
+        let file = b.0.get(&checkpoint_name(3)).unwrap();
+        let events = std::mem::take(&mut *b.1.lock().unwrap());
+        (events, file)
+    }
+
+    #[test]
+    fn a_paced_checkpoint_hands_every_byte_to_the_disk_in_order_then_syncs_once() {
+        let mut t = tree(60_000);
+        let want = expected_file(3, &t.snapshot());
+        for lead in [MAX_LEAD, SLICE_BYTES] {
+            let (events, file) = paced(&mut t, lead);
+            assert!(file == want, "lead {lead}: the file is the framed export");
+            let (mut written, mut handed) = (0, 0);
+            for e in &events[..events.len() - 1] {
+                match *e {
+                    Event::Wrote(n) => written += n,
+                    Event::Handed(offset, len) => {
+                        assert_eq!(offset, handed, "lead {lead}: handed in order");
+                        assert!(len <= SLICE_BYTES && offset + len <= written);
+                        handed += len;
+                        assert!(written - handed <= lead + 2 * SLICE_BYTES, "lead {lead}");
+                    }
+                    Event::Synced => panic!("lead {lead}: synced before the end: {events:?}"),
+                }
+            }
+            assert_eq!((written, handed), (want.len() as u64, want.len() as u64), "lead {lead}");
+            assert_eq!(events.last(), Some(&Event::Synced));
+            let writes_before_first_hand =
+                events.iter().take_while(|e| matches!(e, Event::Wrote(_))).count();
+            if lead == MAX_LEAD {
+                // The whole encoding first, the snapshot let go, then the writeback.
+                assert_eq!(
+                    writes_before_first_hand,
+                    events.len() - 1 - want.len().div_ceil(SLICE_BYTES as usize)
+                );
+            } else {
+                // Larger than the lead: the writeback starts while it still encodes.
+                assert!(writes_before_first_hand < 4, "{events:?}");
+            }
+        }
     }
 
     #[test]
     fn a_stopped_checkpoint_leaves_nothing() {
         let mut t = tree(2_000);
         let stop = AtomicBool::new(true);
-        assert!(encode(3, t.snapshot(), &stop).is_none());
         let b = MemBackend::new();
         assert!(write(&b, 3, t.snapshot(), &stop, None).unwrap().is_none());
         assert!(b.list().unwrap().is_empty(), "{:?}", b.list());
+
+        // Stopped during the paced writeback, when the first slice is handed to the disk.
+        let mut t = tree(60_000);
+        let stop = Arc::new(AtomicBool::new(false));
+        let b = Watching(MemBackend::new(), Arc::default(), Some(stop.clone()));
+        let pacer = Pacer::new(Activity::new(), CheckpointPace::default(), 1 << 30);
+        assert!(write(&b, 3, t.snapshot(), &stop, Some(&pacer)).unwrap().is_none());
+        assert!(b.list().unwrap().is_empty(), "{:?}", b.list());
+        let events = b.1.lock().unwrap();
+        assert_eq!(events.iter().filter(|e| matches!(e, Event::Handed(..))).count(), 1);
+        assert!(!events.contains(&Event::Synced));
     }
 }
