@@ -189,6 +189,8 @@ pub struct Series {
     pub label: String,
     /// The blocking baseline (drawn in another colour).
     pub blocking: bool,
+    /// The control: no checkpoint ran; the intervals are a bavl run's, carried over.
+    pub control: bool,
     /// (time s, ops/s) at the middle of each window.
     pub points: Vec<(f64, f64)>,
     /// Checkpoint intervals: start, certain end, latest possible end (seconds).
@@ -221,7 +223,11 @@ pub fn plot_series(path: &Path, series: &[Series], title: &str) -> Result<()> {
     let orange = RGBColor(214, 110, 20);
     let shade = RGBColor(200, 30, 30);
     for (area, s) in body.split_evenly((series.len(), 1)).iter().zip(series) {
-        let color = if s.blocking { orange } else { blue };
+        let color = match (s.blocking, s.control) {
+            (true, _) => orange,
+            (_, true) => RGBColor(90, 90, 90),
+            _ => blue,
+        };
         let mut chart = ChartBuilder::on(area)
             .caption(&s.label, (FONT, 22))
             .margin(12)
@@ -242,7 +248,11 @@ pub fn plot_series(path: &Path, series: &[Series], title: &str) -> Result<()> {
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(|e| anyhow!("{e}"))?;
-        let label = if s.blocking { "writer paused: checkpoint" } else { "checkpoint running" };
+        let label = match (s.blocking, s.control) {
+            (true, _) => "writer paused: checkpoint",
+            (_, true) => "none ran: the bavl run's checkpoints, block for block",
+            _ => "checkpoint running",
+        };
         chart
             .draw_series(
                 s.intervals.iter().map(|&(a, b, _)| {

@@ -9,7 +9,14 @@
 //!   whole state itself with `bavl_store::checkpoint::write` (which syncs it), and
 //!   resumes.
 //!
-//! A third kind, `bavl-unpaced`, is bavl with `CheckpointPace::Unpaced`: the background
+//! `control` applies the same blocks to the same store with no checkpoint at all, right
+//! after a `bavl` run, and is classified with that run's checkpoint intervals carried
+//! over block by block (`timeline::map_intervals`): its during/outside ratios are what the
+//! blocks alone make of the measure (Workload B grows the state by half or more over a
+//! run, and checkpoints lengthen with it, so "during" falls on later, slower blocks more
+//! than "outside" does), the part of bavl's ratios that no checkpoint caused.
+//!
+//! A fourth kind, `bavl-unpaced`, is bavl with `CheckpointPace::Unpaced`: the background
 //! checkpoint written as fast as the disk takes it and synced once at its end, instead of
 //! spread over the commits (the store's default, `bavl_store::pace`). It shows what the
 //! pacing is for.
@@ -28,8 +35,8 @@ use bavl_workload::{Mix, Op};
 use serde::Serialize;
 
 use super::timeline::{
-    block_class, latency_split, local_ratios, mean, throughput_split, windows, BlockRec, Class,
-    Interval, Split, Window,
+    block_class, latency_split, local_ratios, map_intervals, mean, throughput_split, windows,
+    BlockRec, Class, Interval, Split, Window,
 };
 use super::util::{apply, copy_store, process_cpu_secs, remove_dir, round, thread_cpu_secs, OPS};
 use crate::workload::{wait_for_quiet, CpuMeter};
@@ -41,6 +48,8 @@ pub enum Kind {
     Baseline,
     /// The store's background checkpoint, unpaced.
     BavlUnpaced,
+    /// No checkpoint: the same blocks, classified with a bavl run's intervals.
+    Control,
 }
 
 impl Kind {
@@ -49,7 +58,14 @@ impl Kind {
             Kind::Bavl => "bavl",
             Kind::Baseline => "baseline",
             Kind::BavlUnpaced => "bavl-unpaced",
+            Kind::Control => "control",
         }
+    }
+
+    pub fn parse(name: &str) -> Option<Kind> {
+        [Kind::Bavl, Kind::Control, Kind::Baseline, Kind::BavlUnpaced]
+            .into_iter()
+            .find(|k| k.name() == name)
     }
 }
 
@@ -181,7 +197,8 @@ struct Detail {
     writer_cores: f64,
 }
 
-/// Runs one kind on a copy of the store at `base`.
+/// Runs one kind on a copy of the store at `base`. A `control` run is classified with
+/// the intervals of `reference` (a bavl run of the same blocks).
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     kind: Kind,
@@ -192,7 +209,12 @@ pub fn run(
     blocks: &[Vec<Op>],
     s: &Schedule,
     wait_quiet: f64,
+    reference: Option<&Run>,
 ) -> Result<Run> {
+    ensure!(
+        (kind == Kind::Control) == reference.is_some(),
+        "a control run, and only one, needs the bavl run it controls"
+    );
     ensure!(blocks.len() >= s.warmup_blocks + s.measured_blocks, "stream too short");
     let dir = work.join("store");
     let ckpt_dir = work.join("baseline-checkpoints");
@@ -257,6 +279,7 @@ pub fn run(
                         }
                     }
                 }
+                Kind::Control => {}
                 Kind::Baseline => {
                     let backend = backend.as_ref().expect("baseline backend");
                     let start = now();
@@ -308,6 +331,10 @@ pub fn run(
         let end = now();
         intervals.push(Interval { start: cs, end_min: last_poll, end_max: end });
         ckpt_bytes.push(last_bytes(&store));
+    }
+    if let Some(r) = reference {
+        let from: Vec<BlockRec> = r.classified.iter().map(|(b, _)| *b).collect();
+        intervals = map_intervals(&from, &recs, &r.intervals);
     }
     let others = meter.others_cores();
     let keys_end = store.working().len();

@@ -68,10 +68,16 @@ pub struct StoreArgs {
     /// state (default 15; 3 with --quick).
     #[arg(long)]
     experiment_warmup_blocks: Option<usize>,
-    /// Runs of each kind, alternating bavl, baseline and bavl-unpaced (default 2; 1 with
-    /// --quick).
+    /// Runs of each kind, alternating bavl, control, baseline and bavl-unpaced (default 2;
+    /// 1 with --quick).
     #[arg(long)]
     runs: Option<usize>,
+    /// Which kinds the checkpoint experiment runs, in this order each round: bavl (the
+    /// store's background checkpoint), control (the same blocks with no checkpoint,
+    /// classified with the bavl run's intervals: what the blocks alone make of the ratios),
+    /// baseline (the writer stops and writes the checkpoint) and bavl-unpaced.
+    #[arg(long, value_delimiter = ',', default_value = "bavl,control,baseline,bavl-unpaced")]
+    kinds: Vec<String>,
     /// Throughput window of the experiment, milliseconds (default 100; 25 with --quick).
     #[arg(long)]
     window_ms: Option<f64>,
@@ -154,6 +160,13 @@ struct Figures {
     checkpoint_throughput_ratio: f64,
     blocking_baseline_ratio: f64,
     checkpoint_p99_latency_ratio: f64,
+    /// The control's ratios (no checkpoint ran, bavl's intervals carried over block by
+    /// block): what the blocks alone make of the measure, and bavl's ratios divided by
+    /// them (`None` without a control run).
+    checkpoint_throughput_ratio_control: Option<f64>,
+    checkpoint_throughput_ratio_corrected: Option<f64>,
+    checkpoint_p99_latency_ratio_control: Option<f64>,
+    checkpoint_p99_latency_ratio_corrected: Option<f64>,
     /// Each checkpoint against the windows just around it (robust to drifts of the
     /// machine's speed over a run), averaged: bavl, and the blocking baseline.
     checkpoint_throughput_ratio_local: f64,
@@ -187,6 +200,8 @@ struct Experiment {
     block_ms_estimate: f64,
     every_chosen: String,
     bavl: KindSummary,
+    /// The same blocks with no checkpoint, classified with each bavl run's intervals.
+    control: KindSummary,
     baseline: KindSummary,
     /// bavl with `CheckpointPace::Unpaced`: what the pacing is for.
     bavl_unpaced: KindSummary,
@@ -312,11 +327,25 @@ pub fn store(a: StoreArgs) -> Result<()> {
     );
     let stream =
         ckpt::stream(a.seed, keys, head, schedule.warmup_blocks + schedule.measured_blocks)?;
+    let kinds = a
+        .kinds
+        .iter()
+        .map(|k| Kind::parse(k).with_context(|| format!("--kinds: no kind {k}")))
+        .collect::<Result<Vec<_>>>()?;
+    anyhow::ensure!(kinds.contains(&Kind::Bavl), "--kinds must include bavl");
     let mut all_runs: Vec<Run> = Vec::new();
     for r in 0..runs {
-        for kind in [Kind::Bavl, Kind::Baseline, Kind::BavlUnpaced] {
+        for &kind in &kinds {
             let series = format!("{}-{}", kind.name(), r + 1);
             eprintln!("  run {series}");
+            let reference = match kind {
+                Kind::Control => all_runs.iter().rev().find(|x| x.kind == Kind::Bavl.name()),
+                _ => None,
+            };
+            anyhow::ensure!(
+                kind != Kind::Control || reference.is_some(),
+                "--kinds: control must come after bavl"
+            );
             let run = ckpt::run(
                 kind,
                 all_runs.len(),
@@ -326,6 +355,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
                 &stream,
                 &schedule,
                 wait_quiet,
+                reference,
             )?;
             eprintln!(
                 "    during/outside throughput {:.3}, p99 latency {:.3}, checkpoints {:?} s",
@@ -346,6 +376,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
     let bavl = ckpt::summarize(&of(Kind::Bavl));
     let baseline = ckpt::summarize(&of(Kind::Baseline));
     let bavl_unpaced = ckpt::summarize(&of(Kind::BavlUnpaced));
+    let control = ckpt::summarize(&of(Kind::Control));
     let experiment = Experiment {
         keys: keys as u64,
         schedule,
@@ -354,6 +385,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
         block_ms_estimate: round(block_s * 1e3, 2),
         every_chosen,
         bavl,
+        control,
         baseline,
         bavl_unpaced,
         runs: all_runs,
@@ -404,6 +436,14 @@ pub fn store(a: StoreArgs) -> Result<()> {
         checkpoint_throughput_ratio: e.bavl.throughput.ratio,
         blocking_baseline_ratio: e.baseline.throughput.ratio,
         checkpoint_p99_latency_ratio: e.bavl.latency_p99.ratio,
+        checkpoint_throughput_ratio_control: (e.control.runs > 0)
+            .then_some(e.control.throughput.ratio),
+        checkpoint_throughput_ratio_corrected: (e.control.runs > 0)
+            .then(|| round(e.bavl.throughput.ratio / e.control.throughput.ratio, 4)),
+        checkpoint_p99_latency_ratio_control: (e.control.runs > 0)
+            .then_some(e.control.latency_p99.ratio),
+        checkpoint_p99_latency_ratio_corrected: (e.control.runs > 0)
+            .then(|| round(e.bavl.latency_p99.ratio / e.control.latency_p99.ratio, 4)),
         checkpoint_throughput_ratio_local: e.bavl.throughput_ratio_local,
         blocking_baseline_ratio_local: e.baseline.throughput_ratio_local,
         checkpoint_throughput_ratio_unpaced: e.bavl_unpaced.throughput.ratio,
@@ -531,12 +571,20 @@ fn notes(d: &Durable, r: &ReopenPhase, e: &Experiment, m: &Machine) -> Vec<Strin
             "checkpoint experiment (SMaRtTrie §5.3): {} runs of each kind, alternating, on copies of one \
              {}-key store and the same blocks; a checkpoint every {} blocks (experiment.every_chosen), \
              {} per run. bavl: Store::checkpoint() (background thread at nice 10, O(1) snapshot, held \
-             only while the thread encodes it in memory) with the default pacing \
-             (CheckpointPace::Spread {{ fraction: 0.5 }}: the encoding is written in step with the log, to finish once the log has grown by half of what it grew since the previous \
-             checkpoint, and synced every MiB); its end is seen by the next commit, so it is known \
-             within one block (intervals: end_min..end_max). baseline: the writer stops and writes \
+             only while the thread encodes it into the file's page cache) with the default pacing \
+             (CheckpointPace::Spread {{ fraction: 0.5 }}: the file is handed to the disk a MiB at a time \
+             (posix_fadvise DONTNEED, which starts the writeback and does not wait) in step with the \
+             log, to finish once the log has grown by half of what it grew since the previous \
+             checkpoint, then synced once); its end is seen by the next commit, so it is known \
+             within one block (intervals: end_min..end_max). control: the same blocks on the same \
+             store with no checkpoint, right after each bavl run, classified with that run's \
+             intervals carried over block for block (each time at the same fraction of the same \
+             block): its ratios are what the blocks alone make of the measure (Workload B grows the \
+             state over a run and checkpoints lengthen with it, so \"during\" falls on later, slower \
+             blocks than \"outside\"), and the *_corrected figures divide bavl's ratios by them. \
+             baseline: the writer stops and writes \
              the state itself with bavl_store::checkpoint::write (synced). bavl-unpaced: bavl with \
-             CheckpointPace::Unpaced (as fast as the disk takes it, synced once at its end). \
+             CheckpointPace::Unpaced (written as fast as it is encoded, synced once at its end). \
              Throughput in {:.0} ms windows (a block's operations spread over its time); a window \
              counts as during a checkpoint if it lies wholly inside one, outside if it overlaps none \
              (including its uncertain end), otherwise it is an edge and counts in neither mean. \
@@ -604,6 +652,7 @@ fn write_outputs(out: &Path, report: &StoreReport) -> Result<()> {
                 r.series, r.throughput.ratio, r.latency_p99.ratio
             ),
             blocking: r.kind == "baseline",
+            control: r.kind == "control",
             points: r
                 .windows
                 .iter()
@@ -709,6 +758,27 @@ fn summary(r: &StoreReport) -> String {
         format!("{:.3}", f.checkpoint_throughput_ratio),
         &format!(">= 0.97: {}", met("checkpoint_throughput_ratio")),
     );
+    let opt = |x: Option<f64>| x.map_or("(no control run)".to_string(), |x| format!("{x:.3}"));
+    row(
+        &mut s,
+        "  control (no checkpoint; bavl's intervals, block for block): throughput / p99 ratios",
+        format!(
+            "{} / {}",
+            opt(f.checkpoint_throughput_ratio_control),
+            opt(f.checkpoint_p99_latency_ratio_control)
+        ),
+        "what the blocks alone make of the ratios",
+    );
+    row(
+        &mut s,
+        "  bavl's ratios over the control's: throughput / p99",
+        format!(
+            "{} / {}",
+            opt(f.checkpoint_throughput_ratio_corrected),
+            opt(f.checkpoint_p99_latency_ratio_corrected)
+        ),
+        "",
+    );
     row(&mut s, "blocking_baseline_ratio", format!("{:.3}", f.blocking_baseline_ratio), "");
     row(
         &mut s,
@@ -730,7 +800,8 @@ fn summary(r: &StoreReport) -> String {
         ),
         "",
     );
-    for (name, k) in [("bavl", &e.bavl), ("bavl-unpaced", &e.bavl_unpaced)] {
+    for (name, k) in [("bavl", &e.bavl), ("control", &e.control), ("bavl-unpaced", &e.bavl_unpaced)]
+    {
         row(
             &mut s,
             &format!("  {name} block parts during / outside: apply, hash, persist ms; cores"),

@@ -212,6 +212,33 @@ pub fn latency_split(blocks: &[(BlockRec, Class)], p: f64) -> Split {
     Split::of(&d, &o, |v| if v.is_empty() { f64::NAN } else { bavl_workload::percentile(v, p) })
 }
 
+/// Carries intervals from one run's time line to another's that applied the same blocks:
+/// each time is placed at the same fraction of the same block (by block starts, the last
+/// block's end closing the line), so a checkpoint that ran from block 57 a third of the way
+/// into block 112 covers the same blocks in the other run. The control run of the
+/// checkpoint experiment (no checkpoints at all) is classified with the checkpoint run's
+/// intervals this way, to see how much of a during/outside ratio the blocks themselves
+/// make (the state grows, later blocks are slower).
+pub fn map_intervals(from: &[BlockRec], to: &[BlockRec], intervals: &[Interval]) -> Vec<Interval> {
+    let n = from.len().min(to.len());
+    let edge = |b: &[BlockRec], i: usize| if i < n { b[i].start } else { b[n - 1].end };
+    let map = |t: f64| -> f64 {
+        if n == 0 {
+            return t;
+        }
+        // The last block start at or before t (or the first block).
+        let i = from[..n].partition_point(|b| b.start <= t).saturating_sub(1);
+        let (a, b) = (edge(from, i), edge(from, i + 1));
+        let f = if b > a { ((t - a) / (b - a)).clamp(0.0, 1.0) } else { 0.0 };
+        let (c, d) = (edge(to, i), edge(to, i + 1));
+        c + f * (d - c)
+    };
+    intervals
+        .iter()
+        .map(|v| Interval { start: map(v.start), end_min: map(v.end_min), end_max: map(v.end_max) })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,6 +337,33 @@ mod tests {
         }
         // The pooled ratio mixes the two speeds.
         assert!((throughput_split(&w).ratio - 0.8).abs() > 0.02);
+    }
+
+    #[test]
+    fn intervals_map_to_the_same_blocks_of_another_run() {
+        // Run A: 0.1 s blocks; run B: the same blocks at 0.2 s each, from 1.0.
+        let a: Vec<BlockRec> =
+            (0..10).map(|i| block(i as f64 * 0.1, (i + 1) as f64 * 0.1, 1)).collect();
+        let b: Vec<BlockRec> =
+            (0..10).map(|i| block(1.0 + i as f64 * 0.2, 1.0 + (i + 1) as f64 * 0.2, 1)).collect();
+        let m = map_intervals(&a, &b, &[Interval { start: 0.2, end_min: 0.55, end_max: 0.7 }]);
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-9;
+        assert!(
+            close(m[0].start, 1.4) && close(m[0].end_min, 2.1) && close(m[0].end_max, 2.4),
+            "{m:?}"
+        );
+        // Past the last block start: within the last block, then its end.
+        let m = map_intervals(&a, &b, &[Interval { start: 0.95, end_min: 1.0, end_max: 5.0 }]);
+        assert!(
+            close(m[0].start, 2.9) && close(m[0].end_min, 3.0) && close(m[0].end_max, 3.0),
+            "{m:?}"
+        );
+        // Same blocks, same classes.
+        for (x, y) in a.iter().zip(&b) {
+            let c = [Interval { start: 0.2, end_min: 0.55, end_max: 0.7 }];
+            let mc = map_intervals(&a, &b, &c);
+            assert_eq!(block_class(x, &c), block_class(y, &mc));
+        }
     }
 
     #[test]
