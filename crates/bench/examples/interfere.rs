@@ -72,7 +72,10 @@ struct Pattern {
 fn parse(p: &str) -> Pattern {
     let (body, prio) = p.split_once('@').unwrap_or((p, "nice"));
     let (kind, n) = body.split_once(':').unwrap_or((body, "4"));
-    let n: usize = n.parse().expect("a number of MiB");
+    let Ok(n) = n.parse::<usize>() else {
+        eprintln!("{p}: the number after ':' is MiB per block; see --help");
+        std::process::exit(2);
+    };
     let (work, idle) = match kind {
         "none" => (Work::None, false),
         "fsync" => (Work::Fsync(n), false),
@@ -84,7 +87,10 @@ fn parse(p: &str) -> Pattern {
         "encode-idle" => (Work::Encode, true),
         "poll" => (Work::Poll, false),
         "paced" => (Work::Paced(n), false),
-        other => panic!("unknown pattern {other}"),
+        other => {
+            eprintln!("unknown pattern {other}: see --help");
+            std::process::exit(2);
+        }
     };
     Pattern { name: p.to_string(), work, idle: idle || prio == "idle" }
 }
@@ -233,7 +239,17 @@ fn mean_se(v: &[f64]) -> (f64, f64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dir = std::path::PathBuf::from(args.first().expect("usage: interfere DIR [PATTERN...]"));
+    if args.is_empty() || args.iter().any(|a| a == "--help" || a == "-h") {
+        // The module documentation above is the help.
+        let doc: String = include_str!("interfere.rs")
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start()))
+            .collect();
+        eprint!("{doc}");
+        std::process::exit(if args.is_empty() { 2 } else { 0 });
+    }
+    let dir = std::path::PathBuf::from(&args[0]);
     let mut patterns: Vec<Pattern> = args[1..].iter().map(|p| parse(p)).collect();
     if !patterns.iter().any(|p| p.work == Work::None) {
         patterns.insert(0, parse("none"));
