@@ -76,9 +76,9 @@ pub struct LoadtestArgs {
     #[arg(long)]
     pub manual_checkpoints: bool,
     /// Write checkpoints as fast as the disk takes them, synced once at their end, instead
-    /// of spread over the commits (the default: in step with the log, finishing once it
-    /// has grown by half of what triggered the checkpoint, synced every MiB, so the
-    /// commits' fsyncs never wait behind a burst).
+    /// of spread over the commits (the default: handed to the disk a MiB at a time in step
+    /// with the log, finishing once it has grown by half of what triggered the checkpoint,
+    /// so the commits' fsyncs never wait behind a burst).
     #[arg(long, conflicts_with = "manual_checkpoints")]
     pub unpaced_checkpoints: bool,
     /// Also write the report, with one row per block, as JSON to FILE.

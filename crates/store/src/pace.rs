@@ -4,11 +4,13 @@
 //! A checkpoint writes the whole state (about 130 MB at 1M keys of Workload B). Written
 //! as fast as possible, it sits in the page cache until its final `fsync`, and the log's
 //! `fdatasync` of every commit made meanwhile waits behind that burst (measured: 3 ms
-//! becomes 60 ms; `docs/results/store.json`). Paced, it advances in step with the log:
-//! after the log has grown by a fraction of the bytes it grew between the last two
-//! checkpoints, the same fraction of the checkpoint's bytes is written, and each slice is
-//! synced as it goes, so the disk never holds more than one slice of it unwritten. This is
-//! the idea of PostgreSQL's `checkpoint_completion_target`. When the store is idle (no insert,
+//! becomes 60 ms; `docs/results/store.json`). Paced, it goes to the disk in step with the
+//! log: the file is written to the page cache as it is encoded, and after the log has
+//! grown by a fraction of the bytes it grew between the last two checkpoints, the same
+//! fraction of the file has been handed to the disk, a slice at a time
+//! (`WriteFile::start_writeback`), so the disk never has more than a slice of it to write
+//! at once. This is the idea of PostgreSQL's `checkpoint_completion_target` and its
+//! flushing with `sync_file_range`. When the store is idle (no insert,
 //! remove or commit for [`IDLE`]), or someone waits for the checkpoint, it runs at full
 //! speed.
 
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 /// No activity for this long lets a paced checkpoint run at full speed.
 pub const IDLE: Duration = Duration::from_millis(20);
 
-/// Bytes of a paced checkpoint between two syncs of its file.
+/// Bytes of a paced checkpoint handed to the disk at a time.
 pub const SLICE_BYTES: u64 = 1 << 20;
 
 /// How fast a background checkpoint writes.
@@ -29,7 +31,8 @@ pub enum CheckpointPace {
     Unpaced,
     /// Spread over the commits: the checkpoint finishes by the time the log has grown by
     /// `fraction` of what it grew since the previous checkpoint (with the `Auto` policy,
-    /// of the log that triggers the next one), syncing every [`SLICE_BYTES`].
+    /// of the log that triggers the next one), handing [`SLICE_BYTES`] to the disk at a
+    /// time.
     Spread { fraction: f64 },
 }
 
@@ -106,7 +109,7 @@ impl Pacer {
         Pacer { log_start: activity.log_bytes(), activity, budget, idle: IDLE }
     }
 
-    /// Whether files should be synced slice by slice.
+    /// Whether files go to the disk slice by slice (paced).
     pub fn sliced(&self) -> bool {
         self.budget > 0
     }
