@@ -160,8 +160,10 @@ fn write_with_lead(
     let name = checkpoint_name(version);
     let tmp = format!("{name}{TMP_SUFFIX}");
     let file = backend.create(&tmp).ctx(|| format!("creating {tmp}"))?;
-    let pacer = pacer.filter(|p| p.sliced());
-    let mut out = Out { file, tmp: &tmp, pacer, written: 0, handed: 0 };
+    // Only a paced checkpoint hands its file over slice by slice; any pacer still decides
+    // when the file may be installed (below).
+    let paced = pacer.filter(|p| p.sliced());
+    let mut out = Out { file, tmp: &tmp, pacer: paced, written: 0, handed: 0 };
     let abandon = |out: Out| {
         drop(out);
         let _ = backend.remove(&tmp);
@@ -178,7 +180,7 @@ fn write_with_lead(
         }
         let at = buf.len();
         buf.extend_from_slice(&[0; 4]);
-        snap.export_chunk_into(i, &mut buf);
+        assert!(snap.export_chunk_into(i, &mut buf), "index below the chunk count");
         let len = (buf.len() - at - 4) as u32;
         buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
         if buf.len() as u64 >= SLICE_BYTES {
@@ -501,6 +503,27 @@ mod tests {
                 assert!(writes_before_first_hand < 4, "{events:?}");
             }
         }
+    }
+
+    #[test]
+    fn an_unpaced_checkpoint_is_installed_only_once_no_older_version_is_retained() {
+        let mut t = tree(2_000);
+        let activity = Activity::new();
+        let pacer = Pacer::new(activity.clone(), CheckpointPace::Unpaced, 1 << 30);
+        let b = MemBackend::new();
+        let never = AtomicBool::new(false);
+        let writer = {
+            let activity = activity.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                activity.set_oldest(3);
+            })
+        };
+        write(&b, 3, t.snapshot(), &never, Some(&pacer)).unwrap().unwrap();
+        // Installed after the oldest retained version reached 3, not before.
+        assert_eq!(activity.oldest(), 3);
+        assert!(b.get(&checkpoint_name(3)).is_some());
+        writer.join().unwrap();
     }
 
     #[test]

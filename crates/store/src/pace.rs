@@ -8,8 +8,9 @@
 //! log: the file is written to the page cache as it is encoded, and after the log has
 //! grown by a fraction of the bytes it grew between the last two checkpoints, the same
 //! fraction of the file has been handed to the disk, a slice at a time
-//! (`WriteFile::start_writeback`), so the disk never has more than a slice of it to write
-//! at once. This is the idea of PostgreSQL's `checkpoint_completion_target` and its
+//! (`WriteFile::start_writeback`), so it never reaches the disk as one burst. A handed
+//! slice is not waited for: on a disk slower than the pace, several can be in flight at
+//! once. This is the idea of PostgreSQL's `checkpoint_completion_target` and its
 //! flushing with `sync_file_range`. When the store is idle (no insert,
 //! remove or commit for [`IDLE`]), or someone waits for the checkpoint, it runs at full
 //! speed.

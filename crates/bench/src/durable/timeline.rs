@@ -359,9 +359,9 @@ mod tests {
             "{m:?}"
         );
         // Same blocks, same classes.
+        let c = [Interval { start: 0.2, end_min: 0.55, end_max: 0.7 }];
+        let mc = map_intervals(&a, &b, &c);
         for (x, y) in a.iter().zip(&b) {
-            let c = [Interval { start: 0.2, end_min: 0.55, end_max: 0.7 }];
-            let mc = map_intervals(&a, &b, &c);
             assert_eq!(block_class(x, &c), block_class(y, &mc));
         }
     }
