@@ -12,7 +12,7 @@
 # Topology: namespace `blsw` holds a bridge; `blc` (the syncing host, 10.77.0.1) and
 # `blp1`..`blpN` (serving hosts, 10.77.0.(10+i)) each hang off it on a veth pair. Peer i:
 #   - its server listens on 127.0.0.1:9000 inside blp<i> (the caller starts it there);
-#   - a delay proxy (`bavl-synclab delay`, crates/synclab/src/delay.rs) in blp<i> listens on
+#   - a delay proxy (`bavl-synclab delay`, lab/synclab/src/delay.rs) in blp<i> listens on
 #     10.77.0.(10+i):8080 and forwards to 127.0.0.1:9000, each direction's bytes delayed by
 #     RTT/2 (this kernel has no netem; the proxy was toxiproxy until it was found to use
 #     0.85 of the 2 cores' CPU-seconds in a 1.8 s sync, which the experiment needed);
@@ -260,7 +260,7 @@ verify() {
         echo "  \"command\": \"scripts/netlab.sh verify --mb $mb\","
         echo "  \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\","
         echo "  \"machine\": \"$(uname -srm), $(nproc) cores, $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)\","
-        echo "  \"delay_proxy\": \"bavl-synclab delay (crates/synclab/src/delay.rs)\","
+        echo "  \"delay_proxy\": \"bavl-synclab delay (lab/synclab/src/delay.rs)\","
         echo "  \"aggregate_configured_mbit\": $(awk -v b="$total_bits" 'BEGIN{print b/1e6}'),"
         echo "  \"aggregate_measured_mbit\": $agg,"
         echo "  \"peers\": ["

@@ -33,7 +33,7 @@ Stores (in report order):
   jmt-mock        jmt 0.12 on its in-memory MockTreeStore (not durable)       [feature jmt]
   nomt            nomt 1.0.5, SHA-256, io_uring (fsync per commit)            [feature nomt]
   iavl            IAVL v1.2.4 on goleveldb, SyncOption(true) (a Go program, built here
-                  with `go build` from crates/peers/iavl-go into the target directory)
+                  with `go build` from lab/peers/iavl-go into the target directory)
   btreemap-floor  BTreeMap + SHA-256 per written entry + log fsync per block (the floor)
 
 How it works: the parent writes the blocks once to a stream file (the initial state of
@@ -289,7 +289,7 @@ fn remove_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `go build` of crates/peers/iavl-go into the directory of this binary.
+/// `go build` of lab/peers/iavl-go into the directory of this binary.
 fn build_go(go: &str) -> Result<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("iavl-go");
     let exe = std::env::current_exe()?;

@@ -1,5 +1,5 @@
 // iavl-peer: IAVL v1 (github.com/cosmos/iavl v1.2.4 on goleveldb) replaying a bavl-peers
-// block stream (see crates/peers/src/stream.rs for the format). Built and started by
+// block stream (see lab/peers/src/stream.rs for the format). Built and started by
 // `bavl-peers run`; prints one JSON line with the fields of bavl_peers::child::ChildReport
 // on stdout, progress on stderr.
 //

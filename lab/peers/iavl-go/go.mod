@@ -1,4 +1,4 @@
-module github.com/bavl/bavl/crates/peers/iavl-go
+module github.com/bavl/bavl/lab/peers/iavl-go
 
 go 1.22
 
