@@ -9,7 +9,7 @@ use bavl_core::codec::{put_bytes, put_varint, Reader};
 use bavl_core::hash::{
     chunk_hash, chunk_node_hash, inner_hash, leaf_hash_of, root_hash, value_hash, EMPTY_TOP,
 };
-use bavl_core::{Digest, Sha256};
+use bavl_core::{Digest, Key, Sha256};
 
 type H = Sha256;
 
@@ -96,8 +96,10 @@ fn parse_node(r: &mut Reader<'_>) -> MNode {
                 let v = r.bytes(usize::MAX, "value").expect("value").to_vec();
                 entries.push((k, v));
             }
-            let leaves: Vec<Digest> =
-                entries.iter().map(|(k, v)| leaf_hash_of::<H>(k, v)).collect();
+            let leaves: Vec<Digest> = entries
+                .iter()
+                .map(|(k, v)| leaf_hash_of::<H>(Key::new(k).expect("a tree's key"), v))
+                .collect();
             let hash = chunk_hash::<H>(n as u32, &mth(&leaves));
             MNode::Chunk { entries, leaves, hash }
         }

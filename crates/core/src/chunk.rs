@@ -18,7 +18,7 @@
 //! after `p` (`clean_prefix`), because positions shift. [`Chunk::rehash`] recomputes only
 //! those. Callers guarantee a chunk in a tree is never empty.
 
-use crate::hash::{chunk_hash, chunk_node_hash, leaf_hash_of, Digest, Hasher};
+use crate::hash::{chunk_hash, chunk_node_hash, leaf_hash_of, Digest, Hasher, Key};
 
 /// Inserts `bytes` at `at`, shifting the tail (one `memmove`).
 fn insert_bytes(buf: &mut Vec<u8>, at: usize, bytes: &[u8]) {
@@ -381,7 +381,8 @@ impl Chunk {
         let mut cp = self.clean_prefix.min(n);
         for i in cp..n {
             if self.entries[i].leaf.is_none() {
-                self.entries[i].leaf = Some(leaf_hash_of::<H>(self.key(i), self.value(i)));
+                self.entries[i].leaf =
+                    Some(leaf_hash_of::<H>(Key::in_tree(self.key(i)), self.value(i)));
             }
         }
         let mut touched = std::mem::take(&mut self.touched);
@@ -390,7 +391,8 @@ impl Chunk {
         touched.dedup();
         for &t in &touched {
             let t = t as usize;
-            self.entries[t].leaf = Some(leaf_hash_of::<H>(self.key(t), self.value(t)));
+            self.entries[t].leaf =
+                Some(leaf_hash_of::<H>(Key::in_tree(self.key(t)), self.value(t)));
         }
         let span = if n >= 2 { n.next_power_of_two() } else { 0 };
         if span != self.span {
@@ -483,8 +485,9 @@ mod tests {
     }
 
     fn fresh_root(c: &Chunk) -> Digest {
-        let leaves: Vec<_> =
-            (0..c.len()).map(|i| leaf_hash_of::<Sha256>(c.key(i), c.value(i))).collect();
+        let leaves: Vec<_> = (0..c.len())
+            .map(|i| leaf_hash_of::<Sha256>(Key::in_tree(c.key(i)), c.value(i)))
+            .collect();
         chunk_hash::<Sha256>(c.len() as u32, &reference(&leaves))
     }
 

@@ -28,9 +28,15 @@ pub enum DecodeError {
     Version { found: u8, expected: u8 },
 }
 
-/// Why a proof or a chunk was rejected.
+/// Why a proof or a chunk was rejected. Each variant is one of the stable error kinds of
+/// `docs/design.md` §3 ("Order of checks and error kinds"), which every verifier, in any
+/// language, reports for the same input: [`ProofError::kind`] names it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ProofError {
+    /// The caller's own inputs are outside the limits (a key or bound key not 1..=1024
+    /// bytes, a value over 16 MiB, an inverted range); checked before the proof is read.
+    #[error("invalid input: {0}")]
+    Input(#[from] InputError),
     /// The bytes are not a well-formed encoding.
     #[error("malformed: {0}")]
     Decode(#[from] DecodeError),
@@ -49,9 +55,21 @@ pub enum ProofError {
 }
 
 impl ProofError {
-    /// A stable name for the kind of rejection, for reports and logs.
+    /// Every error kind's name, in the order of `docs/design.md` §3.
+    pub const KINDS: [&'static str; 6] =
+        ["Input", "Decode", "WrongKind", "Structure", "RootMismatch", "WrongIndex"];
+
+    /// The stable name of the error kind (`docs/design.md` §3): what verifiers in other
+    /// languages report for the same input, and what the vectors record.
+    pub fn kind(&self) -> &'static str {
+        self.name()
+    }
+
+    /// A stable name for the kind of rejection, for reports and logs (same as
+    /// [`ProofError::kind`]).
     pub fn name(&self) -> &'static str {
         match self {
+            ProofError::Input(_) => "Input",
             ProofError::Decode(_) => "Decode",
             ProofError::RootMismatch => "RootMismatch",
             ProofError::WrongKind { .. } => "WrongKind",

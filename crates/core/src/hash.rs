@@ -5,6 +5,8 @@
 //! (see `docs/design.md`, "Hash inputs"). The hash function is a type parameter
 //! ([`Hasher`]); SHA-256 is the default, BLAKE3 is available behind the `blake3` feature.
 
+use crate::error::InputError;
+
 /// A 32-byte digest.
 pub type Digest = [u8; 32];
 
@@ -155,17 +157,56 @@ pub fn value_hash<H: Hasher>(value: &[u8]) -> Digest {
     H::digest_parts(&[&[tag::VALUE], value])
 }
 
+/// A key known to be 1..=[`crate::MAX_KEY_LEN`] bytes long: the only key a leaf hash takes,
+/// so the two-byte length in the leaf's hash input can never wrap (a 64 KiB key would
+/// otherwise hash like a key with a 0-byte length prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key<'a>(&'a [u8]);
+
+impl<'a> Key<'a> {
+    /// Checks the length (`docs/design.md` §1, Limits).
+    pub fn new(bytes: &'a [u8]) -> Result<Self, InputError> {
+        check_key(bytes)?;
+        Ok(Key(bytes))
+    }
+
+    /// A key of a chunk in a tree: every such key passed [`Key::new`]'s check when it was
+    /// inserted or decoded.
+    #[inline]
+    pub(crate) fn in_tree(bytes: &'a [u8]) -> Self {
+        debug_assert!(check_key(bytes).is_ok(), "a tree holds a key of {} bytes", bytes.len());
+        Key(bytes)
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(self) -> &'a [u8] {
+        self.0
+    }
+}
+
+/// A caller's key: 1..=[`crate::MAX_KEY_LEN`] bytes.
+pub(crate) fn check_key(key: &[u8]) -> Result<(), InputError> {
+    if key.is_empty() {
+        return Err(InputError::EmptyKey);
+    }
+    if key.len() > crate::MAX_KEY_LEN {
+        return Err(InputError::KeyTooLong { len: key.len(), max: crate::MAX_KEY_LEN });
+    }
+    Ok(())
+}
+
 /// Hash of a key/value leaf given the value's hash.
 #[inline]
-pub fn leaf_hash<H: Hasher>(key: &[u8], value_hash: &Digest) -> Digest {
-    // Keys are at most `MAX_KEY_LEN` (1024) bytes, so the length fits two bytes; with a
+pub fn leaf_hash<H: Hasher>(key: Key<'_>, value_hash: &Digest) -> Digest {
+    // `Key` holds at most `MAX_KEY_LEN` (1024) bytes, so the length fits two bytes; with a
     // 20-byte key the input is 55 bytes: one SHA-256 compression instead of two.
-    H::digest_parts(&[&[tag::LEAF], &(key.len() as u16).to_be_bytes(), key, value_hash])
+    let len = key.0.len() as u16;
+    H::digest_parts(&[&[tag::LEAF], &len.to_be_bytes(), key.0, value_hash])
 }
 
 /// Hash of a key/value leaf.
 #[inline]
-pub fn leaf_hash_of<H: Hasher>(key: &[u8], value: &[u8]) -> Digest {
+pub fn leaf_hash_of<H: Hasher>(key: Key<'_>, value: &[u8]) -> Digest {
     leaf_hash::<H>(key, &value_hash::<H>(value))
 }
 
@@ -250,6 +291,18 @@ mod tests {
         let c = value_hash::<Sha256>(&[d, d].concat());
         assert_ne!(a, b);
         assert_ne!(a, c);
-        assert_ne!(leaf_hash::<Sha256>(b"k", &d), leaf_hash::<Sha256>(b"", &d));
+        let k = |b: &'static [u8]| Key::new(b).unwrap();
+        assert_ne!(leaf_hash::<Sha256>(k(b"k"), &d), leaf_hash::<Sha256>(k(b"kk"), &d));
+    }
+
+    #[test]
+    fn keys_outside_the_limits_cannot_be_hashed() {
+        assert_eq!(Key::new(b""), Err(InputError::EmptyKey));
+        let long = vec![7u8; crate::MAX_KEY_LEN + 1];
+        assert_eq!(Key::new(&long), Err(InputError::KeyTooLong { len: 1025, max: 1024 }));
+        // 64 KiB would wrap a u16 length to 0.
+        let huge = vec![7u8; 1 << 16];
+        assert!(Key::new(&huge).is_err());
+        assert!(Key::new(&long[..crate::MAX_KEY_LEN]).is_ok());
     }
 }

@@ -45,7 +45,7 @@ mod tree;
 pub use error::{DecodeError, Error, InputError, ProofError, RestoreError};
 #[cfg(feature = "blake3")]
 pub use hash::Blake3;
-pub use hash::{Digest, Hasher, Sha256, FORMAT_VERSION};
+pub use hash::{Digest, Hasher, Key, Sha256, FORMAT_VERSION};
 pub use proof::{
     verify_absence, verify_chunk, verify_chunk_unindexed, verify_membership, verify_range,
     VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange,

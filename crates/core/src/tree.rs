@@ -16,10 +16,10 @@ use std::sync::Arc;
 
 use crate::chunk::{key_prefix, Chunk};
 use crate::error::InputError;
-use crate::hash::{root_hash, Digest, Hasher, Sha256, EMPTY_TOP};
+use crate::hash::{check_key, root_hash, Digest, Hasher, Sha256, EMPTY_TOP};
 use crate::node::Node;
 use crate::snapshot::{Iter, Snapshot, View};
-use crate::{DEFAULT_CAPACITY, MAX_CAPACITY, MAX_KEY_LEN, MAX_VALUE_LEN, MIN_CAPACITY};
+use crate::{DEFAULT_CAPACITY, MAX_CAPACITY, MAX_VALUE_LEN, MIN_CAPACITY};
 
 /// An authenticated, ordered key-value map organised in self-verifiable chunks.
 ///
@@ -63,12 +63,7 @@ enum Put {
 }
 
 fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
-    if key.is_empty() {
-        return Err(InputError::EmptyKey);
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(InputError::KeyTooLong { len: key.len(), max: MAX_KEY_LEN });
-    }
+    check_key(key)?;
     if value.len() > MAX_VALUE_LEN {
         return Err(InputError::ValueTooLong { len: value.len(), max: MAX_VALUE_LEN });
     }

@@ -7,10 +7,10 @@ use super::{
 };
 use crate::chunk::{split_point, Chunk};
 use crate::codec::Reader;
-use crate::error::{DecodeError, ProofError};
+use crate::error::{DecodeError, InputError, ProofError};
 use crate::hash::{
-    chunk_hash, chunk_node_hash, inner_hash, leaf_hash, leaf_hash_of, root_hash, Digest, Hasher,
-    EMPTY_TOP, FORMAT_VERSION,
+    check_key, chunk_hash, chunk_node_hash, inner_hash, leaf_hash, leaf_hash_of, root_hash, Digest,
+    Hasher, Key, EMPTY_TOP, FORMAT_VERSION,
 };
 use crate::{MAX_CAPACITY, MAX_HEIGHT, MAX_KEY_LEN, MAX_VALUE_LEN, MIN_CAPACITY};
 
@@ -76,7 +76,7 @@ impl VerifiedChunk {
 
 struct Leaf<'a> {
     index: u64,
-    key: &'a [u8],
+    key: Key<'a>,
     value: Option<&'a [u8]>,
     kind: u8,
 }
@@ -103,7 +103,7 @@ struct Walk<'a, H: Hasher> {
     keys_before: u64,
     chunks_before: u64,
     leaves: Vec<Leaf<'a>>,
-    subject: Option<(&'a [u8], &'a [u8])>,
+    subject: Option<(Key<'a>, &'a [u8])>,
     build: bool,
     chunks: Vec<ExpandedChunk>,
     key_height: Option<u8>,
@@ -179,10 +179,10 @@ impl<'a, H: Hasher> Walk<'a, H> {
                     L_VALUE => (self.key()?, self.value()?),
                     _ => return Err(ProofError::Structure("chunk entries must carry values")),
                 };
-                if i > 0 && c.key(i - 1) >= key {
+                if i > 0 && c.key(i - 1) >= key.as_bytes() {
                     return Err(ProofError::Structure("keys out of order"));
                 }
-                c.push(key, value, Some(leaf_hash_of::<H>(key, value)));
+                c.push(key.as_bytes(), value, Some(leaf_hash_of::<H>(key, value)));
             }
             let h = c.rehash::<H>();
             built = Some(c);
@@ -229,13 +229,10 @@ impl<'a, H: Hasher> Walk<'a, H> {
         }
     }
 
-    fn key(&mut self) -> Result<&'a [u8], ProofError> {
+    fn key(&mut self) -> Result<Key<'a>, ProofError> {
         let at = self.r.position();
         let k = self.r.bytes(MAX_KEY_LEN, "key length")?;
-        if k.is_empty() {
-            return Err(DecodeError::OutOfRange { what: "key length", value: 0, at }.into());
-        }
-        Ok(k)
+        Key::new(k).map_err(|_| DecodeError::OutOfRange { what: "key length", value: 0, at }.into())
     }
 
     fn value(&mut self) -> Result<&'a [u8], ProofError> {
@@ -282,7 +279,7 @@ fn walk<'a, H: Hasher>(
     root: &Digest,
     expected_kind: u8,
     bytes: &'a [u8],
-    subject: Option<(&'a [u8], &'a [u8])>,
+    subject: Option<(Key<'a>, &'a [u8])>,
     build: bool,
 ) -> Result<Walked<'a>, ProofError> {
     let mut r = Reader::new(bytes);
@@ -346,6 +343,10 @@ pub fn verify_membership<H: Hasher>(
     value: &[u8],
     proof: &[u8],
 ) -> Result<VerifiedMembership, ProofError> {
+    let key = Key::new(key)?;
+    if value.len() > MAX_VALUE_LEN {
+        return Err(InputError::ValueTooLong { len: value.len(), max: MAX_VALUE_LEN }.into());
+    }
     let w = walk::<H>(root, kind::MEMBERSHIP, proof, Some((key, value)), false)?;
     if w.leaves.len() != 1 || !w.subject_used {
         return Err(ProofError::Structure("a membership proof expands exactly its subject"));
@@ -360,9 +361,7 @@ pub fn verify_range<H: Hasher>(
     hi: Bound<&[u8]>,
     proof: &[u8],
 ) -> Result<VerifiedRange, ProofError> {
-    if inverted(lo, hi) {
-        return Err(ProofError::Structure("inverted range"));
-    }
+    check_bounds(lo, hi)?;
     let w = walk::<H>(root, kind::RANGE, proof, None, false)?;
     let leaves = &w.leaves;
     let n = w.key_count;
@@ -380,24 +379,40 @@ pub fn verify_range<H: Hasher>(
             return Err(ProofError::Structure("keys out of order"));
         }
     }
-    if !(first.index == 0 || below(first.key, lo)) || !(last.index == n - 1 || above(last.key, hi))
+    if !(first.index == 0 || below(first.key.as_bytes(), lo))
+        || !(last.index == n - 1 || above(last.key.as_bytes(), hi))
     {
         return Err(ProofError::Structure("range not covered to its bounds"));
     }
     let len = leaves.len();
-    if len > 1 && (below(leaves[1].key, lo) || above(leaves[len - 2].key, hi)) {
+    if len > 1 && (below(leaves[1].key.as_bytes(), lo) || above(leaves[len - 2].key.as_bytes(), hi))
+    {
         return Err(ProofError::Structure("more boundary leaves than needed"));
     }
     let mut entries = Vec::new();
     for leaf in leaves {
-        let inside = !below(leaf.key, lo) && !above(leaf.key, hi);
+        let key = leaf.key.as_bytes();
+        let inside = !below(key, lo) && !above(key, hi);
         match (inside, leaf.kind, leaf.value) {
-            (true, L_VALUE, Some(v)) => entries.push((leaf.key.to_vec(), v.to_vec())),
+            (true, L_VALUE, Some(v)) => entries.push((key.to_vec(), v.to_vec())),
             (false, L_HASH, None) => {}
             _ => return Err(ProofError::Structure("leaf carries the wrong content for its place")),
         }
     }
     Ok(VerifiedRange { entries, key_count: n })
+}
+
+/// The caller's bounds: keys of 1..=1024 bytes, not inverted.
+fn check_bounds(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<(), InputError> {
+    for b in [lo, hi] {
+        if let Bound::Included(k) | Bound::Excluded(k) = b {
+            check_key(k)?;
+        }
+    }
+    if inverted(lo, hi) {
+        return Err(InputError::InvertedRange);
+    }
+    Ok(())
 }
 
 /// Verifies that `key` is absent from the tree with root `root`.
