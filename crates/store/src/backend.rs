@@ -53,26 +53,92 @@ pub trait Backend: Send + Sync + 'static {
 }
 
 /// A directory on the local file system, locked against a second process.
+///
+/// The lock is an advisory `flock` on the **directory itself**, not on a file in it: a
+/// file can be unlinked under a running writer (and a second writer would then lock a
+/// new one), the directory cannot while it holds the store's files. A writer takes it
+/// exclusively, a reader ([`DirBackend::open_read_only`]) shared. Before every operation
+/// that changes a file — creating, renaming, removing, shrinking, writing or syncing a
+/// file — the backend checks that the path still names the directory it locked (same
+/// device and inode): a directory renamed away or deleted and recreated under a running
+/// writer makes every later write fail, so the store poisons itself instead of writing
+/// into a directory another process may have locked since.
 pub struct DirBackend {
-    dir: PathBuf,
-    /// Held for the lifetime of the backend: an exclusive advisory lock on `LOCK`.
-    _lock: File,
+    guard: Arc<DirGuard>,
+    /// Held for the lifetime of the backend: the directory, `flock`ed.
+    lock: File,
 }
 
-/// The name of the lock file inside a store directory.
+/// The directory a backend locked, re-checked before every write.
+struct DirGuard {
+    dir: PathBuf,
+    id: (u64, u64),
+    read_only: bool,
+}
+
+impl DirGuard {
+    /// Fails unless writes are allowed and the path still names the locked directory.
+    fn check(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                format!("{} is open read-only", self.dir.display()),
+            ));
+        }
+        let now = fs::metadata(&self.dir).map(|m| dev_ino(&m));
+        if now.as_ref().ok() != Some(&self.id) {
+            return Err(io::Error::other(format!(
+                "{} is no longer the directory this store locked (moved, deleted or \
+                 replaced while open): refusing to write",
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+fn dev_ino(m: &fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
+#[cfg(not(unix))]
+fn dev_ino(_: &fs::Metadata) -> (u64, u64) {
+    (0, 0)
+}
+
+/// The name of the lock file that stores before this version locked (and that a
+/// listing still ignores). The lock is now on the directory itself.
 pub const LOCK_FILE: &str = "LOCK";
 
 impl DirBackend {
-    /// Opens (creating it if needed) the directory and takes its exclusive lock.
+    /// Opens (creating it if needed) the directory and locks it exclusively. Nothing in
+    /// the directory is created or changed here.
     pub fn open(dir: &Path) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(dir.join(LOCK_FILE))?;
-        match lock.try_lock() {
+        Self::lock(dir, false)
+    }
+
+    /// Opens an existing directory for reading only, with a shared lock: any number of
+    /// readers, no writer. Every operation that would change a file fails (with
+    /// `ReadOnlyFilesystem`) before touching the disk, so this works on a read-only mount
+    /// or a directory without write permission.
+    pub fn open_read_only(dir: &Path) -> io::Result<Self> {
+        Self::lock(dir, true)
+    }
+
+    fn lock(dir: &Path, read_only: bool) -> io::Result<Self> {
+        let lock = File::open(dir)?;
+        let meta = lock.metadata()?;
+        if !meta.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", dir.display()),
+            ));
+        }
+        let taken = if read_only { lock.try_lock_shared() } else { lock.try_lock() };
+        match taken {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 return Err(io::Error::new(
@@ -82,21 +148,36 @@ impl DirBackend {
             }
             Err(TryLockError::Error(e)) => return Err(e),
         }
-        Ok(DirBackend { dir: dir.to_path_buf(), _lock: lock })
+        let guard = DirGuard { dir: dir.to_path_buf(), id: dev_ino(&meta), read_only };
+        Ok(DirBackend { guard: Arc::new(guard), lock })
+    }
+
+    /// Whether this backend refuses every write.
+    pub fn is_read_only(&self) -> bool {
+        self.guard.read_only
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        self.guard.dir.join(name)
+    }
+
+    /// The path of a file to be changed, once the directory is checked.
+    fn writable(&self, name: &str) -> io::Result<PathBuf> {
+        self.guard.check()?;
+        Ok(self.path(name))
     }
 }
 
-struct DirFile(File);
+/// A file of a [`DirBackend`]: every write and sync first checks the directory.
+struct DirFile(File, Arc<DirGuard>);
 
 impl Write for DirFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.1.check()?;
         self.0.write(buf)
     }
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.1.check()?;
         self.0.write_all(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -106,6 +187,7 @@ impl Write for DirFile {
 
 impl WriteFile for DirFile {
     fn sync(&mut self) -> io::Result<()> {
+        self.1.check()?;
         self.0.sync_data()
     }
     /// `posix_fadvise(POSIX_FADV_DONTNEED)`: on Linux it starts the range's writeback and
@@ -126,7 +208,7 @@ impl WriteFile for DirFile {
 impl Backend for DirBackend {
     fn list(&self) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
+        for entry in fs::read_dir(&self.guard.dir)? {
             let entry = entry?;
             if let Some(name) = entry.file_name().to_str() {
                 if name != LOCK_FILE {
@@ -143,32 +225,34 @@ impl Backend for DirBackend {
         Ok(fs::metadata(self.path(name))?.len())
     }
     fn create(&self, name: &str) -> io::Result<Box<dyn WriteFile>> {
-        Ok(Box::new(DirFile(File::create(self.path(name))?)))
+        let file = File::create(self.writable(name)?)?;
+        Ok(Box::new(DirFile(file, self.guard.clone())))
     }
     fn open_append(&self, name: &str, len: u64) -> io::Result<Box<dyn WriteFile>> {
-        let file = OpenOptions::new().write(true).open(self.path(name))?;
+        let file = OpenOptions::new().write(true).open(self.writable(name)?)?;
         if file.metadata()?.len() != len {
             file.set_len(len)?;
             file.sync_all()?;
         }
-        let mut file = DirFile(file);
+        let mut file = DirFile(file, self.guard.clone());
         io::Seek::seek(&mut file.0, io::SeekFrom::Start(len))?;
         Ok(Box::new(file))
     }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        fs::rename(self.path(from), self.path(to))
+        fs::rename(self.writable(from)?, self.path(to))
     }
     fn remove(&self, name: &str) -> io::Result<()> {
-        fs::remove_file(self.path(name))
+        fs::remove_file(self.writable(name)?)
     }
     fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
-        OpenOptions::new().write(true).open(self.path(name))?.set_len(len)
+        OpenOptions::new().write(true).open(self.writable(name)?)?.set_len(len)
     }
     fn sync_dir(&self) -> io::Result<()> {
-        File::open(&self.dir)?.sync_all()
+        self.guard.check()?;
+        self.lock.sync_all()
     }
     fn describe(&self) -> String {
-        self.dir.display().to_string()
+        self.guard.dir.display().to_string()
     }
 }
 

@@ -12,7 +12,7 @@ use bavl_core::Digest;
 
 use crate::backend::Backend;
 use crate::error::{IoContext, StoreError};
-use crate::meta::{self, checkpoint_name, wal_name};
+use crate::meta::{self, checkpoint_name, wal_name, FileKind};
 use crate::open::{list, recover};
 use crate::wal::{Next, SegmentReader};
 use crate::{checkpoint, Options};
@@ -53,7 +53,8 @@ impl CheckReport {
     }
 }
 
-fn problem(e: StoreError) -> Problem {
+/// A store error as a problem of the file it names.
+pub(crate) fn problem(e: StoreError) -> Problem {
     match e {
         StoreError::Corrupted { file, offset, what } => Problem { file, offset, what },
         other => Problem { file: String::new(), offset: 0, what: other.to_string() },
@@ -115,8 +116,12 @@ pub fn check(backend: &dyn Backend) -> Result<CheckReport, StoreError> {
                 Ok(Next::Record { .. }) => report.records_checked += 1,
                 Ok(Next::End) => break,
                 Ok(Next::Torn { offset }) => {
+                    // Not "never committed": a crash during a commit leaves this, but so
+                    // does a cut of the file; only versions up to HEAD's are known.
                     let what = format!(
-                        "{} bytes of a record cut short by a crash (never committed)",
+                        "{} bytes of an incomplete record (a commit cut short by a crash, \
+                         not acknowledged; or a cut of the file: the log is checked against \
+                         HEAD below)",
                         len - offset
                     );
                     if i + 1 == l.segments.len() {
@@ -138,6 +143,17 @@ pub fn check(backend: &dyn Backend) -> Result<CheckReport, StoreError> {
         let opts = Options { keep_recent: 1, ..Options::default() };
         match recover(backend, &opts, true) {
             Ok(mut o) => {
+                report.problems.extend(o.recovery.older_checkpoint_damage.clone());
+                if o.recovery.older_checkpoint_damage.is_none() {
+                    older_files(&l, o.recovery.checkpoint, &mut report);
+                }
+                if o.recovery.head_file.is_none() && (o.head > 0 || !l.checkpoints.is_empty()) {
+                    report.notes.push(format!(
+                        "{}: missing, so the log cannot be checked for a cut end (a crash \
+                         before its first write leaves this; otherwise it was deleted)",
+                        meta::HEAD_FILE
+                    ));
+                }
                 report.versions_replayed = o.recovery.replayed;
                 report.head = Some((o.head, o.head_root));
                 report.keys = o.tree.len();
@@ -156,4 +172,54 @@ pub fn check(backend: &dyn Backend) -> Result<CheckReport, StoreError> {
     }
     report.elapsed = start.elapsed();
     Ok(report)
+}
+
+/// Files older than the checkpoint the state was rebuilt from (`base`), which opening did
+/// not need: a complete older chain (a checkpoint and the log from it) is what a crash
+/// between a checkpoint's install and its cleanup leaves, and so are files of a cleanup
+/// cut short (their renamed `*.tmp` siblings show it). Anything else is damage: an older
+/// checkpoint whose log is gone, or log segments whose checkpoint is gone.
+fn older_files(l: &crate::open::Listing, base: Option<u64>, report: &mut CheckReport) {
+    let Some(base) = base else { return };
+    let cleanup_cut = l.temporary.iter().any(|t| {
+        let stem = t.strip_suffix(meta::TMP_SUFFIX).unwrap_or(t);
+        matches!(meta::classify(stem), FileKind::Checkpoint(_) | FileKind::Wal(_))
+    });
+    let mut found = Vec::new();
+    for &c in l.checkpoints.iter().filter(|&&c| c < base) {
+        if !l.segments.contains(&(c + 1)) {
+            found.push(Problem {
+                file: checkpoint_name(c),
+                offset: 0,
+                what: format!(
+                    "an older checkpoint without its log ({} is missing): the versions \
+                     between it and {} cannot be rebuilt",
+                    wal_name(c + 1),
+                    checkpoint_name(base)
+                ),
+            });
+        }
+    }
+    let ends = |i: usize| l.segments.get(i + 1).map(|n| n - 1);
+    if let Some(&first) = l.segments.first() {
+        let orphan = ends(0).is_some_and(|end| end <= base);
+        if orphan && first > 1 && !l.checkpoints.contains(&(first - 1)) {
+            found.push(Problem {
+                file: checkpoint_name(first - 1),
+                offset: 0,
+                what: format!(
+                    "missing: {} holds versions {first}.. that continue it (kept to \
+                     rebuild older versions, which are now lost)",
+                    wal_name(first)
+                ),
+            });
+        }
+    }
+    for p in found {
+        if cleanup_cut {
+            report.notes.push(format!("{p} (a cleanup cut short; opening finishes it)"));
+        } else {
+            report.problems.push(p);
+        }
+    }
 }

@@ -251,6 +251,12 @@ pub fn read_header_file(path: &std::path::Path) -> Result<Header, StoreError> {
     header_of(f, &name)
 }
 
+/// Reads the header of the store's checkpoint `name` (nothing else).
+pub fn read_header(backend: &dyn Backend, name: &str) -> Result<Header, StoreError> {
+    let f = backend.open_read(name).ctx(|| format!("opening {name}"))?;
+    header_of(f, name)
+}
+
 fn header_of(mut f: impl Read, name: &str) -> Result<Header, StoreError> {
     let mut h = [0u8; HEADER_LEN];
     f.read_exact(&mut h).map_err(|e| match e.kind() {

@@ -20,6 +20,9 @@ pub enum StoreError {
     /// An earlier write or sync failed, so what is on disk is uncertain; reopen the store.
     #[error("the store refuses writes after an earlier I/O failure ({0}); reopen it")]
     Poisoned(String),
+    /// The store was opened read-only (`Options::read_only`).
+    #[error("the store at {0} is open read-only: no write is possible")]
+    ReadOnly(String),
     /// A key or value the tree refuses (nothing was changed).
     #[error(transparent)]
     Input(#[from] InputError),

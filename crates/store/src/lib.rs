@@ -109,6 +109,19 @@ pub struct Options {
     pub checkpoint_pace: CheckpointPace,
     /// Where pruned versions are freed (see [`Reclaim`]).
     pub reclaim: Reclaim,
+    /// How often a commit also records its version in `HEAD` (`None`: only at
+    /// checkpoints and `close`; `Some(ZERO)`: at every commit). A log later found to end
+    /// before `HEAD`'s version is reported as damaged, so a cut log can silently lose
+    /// only the versions committed since the last update: at most this long of commits
+    /// (the last ones before the writer stopped, if it stops without `close`). The
+    /// default, 1 s, costs one small atomic file write per second (`docs/design.md` §8.2).
+    pub head_interval: Option<Duration>,
+    /// Open without changing anything on disk, under a shared lock (any number of
+    /// readers, no writer): for checking or reading a backup, a snapshot or a read-only
+    /// mount. Every write (`insert`, `remove`, `commit`, `checkpoint`) is refused with
+    /// [`StoreError::ReadOnly`]; a record cut short at the end of the log is skipped, not
+    /// discarded, and left-over temporary files stay.
+    pub read_only: bool,
 }
 
 impl Default for Options {
@@ -119,6 +132,8 @@ impl Default for Options {
             checkpoint: CheckpointPolicy::Auto { log_ratio: 1.0, min_log_bytes: 64 << 20 },
             checkpoint_pace: CheckpointPace::default(),
             reclaim: Reclaim::default(),
+            head_interval: Some(Duration::from_secs(1)),
+            read_only: false,
         }
     }
 }
@@ -230,6 +245,9 @@ pub struct Store {
     /// which no retained version is older than it.
     pending_cleanup: Option<u64>,
     poisoned: Option<String>,
+    /// `HEAD`, shared with the checkpoint thread, and when this thread last moved it.
+    head_mark: Arc<meta::HeadMark>,
+    head_written_at: Instant,
     timing: CommitTiming,
     stats: StoreStats,
     recovery: Recovery,
@@ -238,11 +256,14 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens the store in directory `dir`, creating it if it does not exist.
+    /// Opens the store in directory `dir`, creating it if it does not exist (unless
+    /// [`Options::read_only`]). Only an empty directory becomes a new store: one holding
+    /// other files is refused untouched.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store, StoreError> {
         let dir = dir.as_ref();
         let backend =
-            DirBackend::open(dir).ctx(|| format!("opening the store at {}", dir.display()))?;
+            if opts.read_only { DirBackend::open_read_only(dir) } else { DirBackend::open(dir) };
+        let backend = backend.ctx(|| format!("opening the store at {}", dir.display()))?;
         Self::open_backend(Arc::new(backend), opts)
     }
 
@@ -251,7 +272,9 @@ impl Store {
         if opts.keep_recent == 0 {
             return Err(StoreError::InvalidOption("keep_recent must be at least 1".into()));
         }
-        let o = open::recover(&*backend, &opts, false)?;
+        let o = open::recover(&*backend, &opts, opts.read_only)?;
+        let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
+        let temporary = o.temporary;
         let mut store = Store {
             backend,
             tree: o.tree,
@@ -259,7 +282,7 @@ impl Store {
             head_root: o.head_root,
             versions: o.versions,
             record: wal::RecordBuf::default(),
-            wal: o.wal.expect("opened for writing"),
+            wal,
             wal_first: o.wal_first,
             log_since_checkpoint: o.log_since_checkpoint,
             last_checkpoint: o.last_checkpoint,
@@ -267,6 +290,8 @@ impl Store {
             job: None,
             pending_cleanup: o.last_checkpoint.map(|(v, _)| v),
             poisoned: None,
+            head_mark: Arc::new(meta::HeadMark::new(o.recovery.head_file.unwrap_or(0))),
+            head_written_at: Instant::now(),
             timing: CommitTiming::default(),
             stats: StoreStats::default(),
             recovery: o.recovery,
@@ -275,6 +300,24 @@ impl Store {
             opts,
         };
         store.retain();
+        if !store.opts.read_only {
+            // What a crash left of a cleanup goes now, while its renamed files still show
+            // that it was one (`bavl check` reports such files as damage otherwise): the
+            // files older than the checkpoint the state came from, then those the newest
+            // checkpoint replaces if no retained version needs them; then the
+            // temporaries, the store's own only.
+            if let Some(base) = store.recovery.checkpoint {
+                delete_obsolete(&*store.backend, base, None)?;
+            }
+            store.clean_up()?;
+            for name in &temporary {
+                match store.backend.remove(name) {
+                    // Replaced since the listing (`bavl.meta.tmp` by a new store's metadata).
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    r => r.ctx(|| format!("deleting the left-over {name}"))?,
+                }
+            }
+        }
         Ok(store)
     }
 
@@ -371,6 +414,14 @@ impl Store {
         &self.tree
     }
 
+    /// Rehashes what changed since the last commit and returns the working state's root:
+    /// the root the next [`Store::commit`] will record if nothing else changes (a
+    /// CometBFT application returns it from `FinalizeBlock`, before `Commit` makes it
+    /// durable). The hashes stay cached, so the commit does not hash them again.
+    pub fn working_root(&mut self) -> Digest {
+        self.tree.root_hash()
+    }
+
     /// Inserts or replaces `key`; true if the key is new. Durable at the next commit.
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         self.writable()?;
@@ -410,6 +461,7 @@ impl Store {
             self.poisoned = Some(err.to_string());
             return Err(err);
         }
+        self.mark_head(version)?;
         self.timing = CommitTiming { ops, hash: t1 - t0, persist: t1.elapsed(), log_bytes };
         self.record.clear();
         self.stats.log_bytes_written += log_bytes;
@@ -429,6 +481,24 @@ impl Store {
             }
         }
         Ok((version, root))
+    }
+
+    /// Records `version`, just made durable, in `HEAD` when [`Options::head_interval`]
+    /// has passed since the last time (skipped if the checkpoint thread is writing it).
+    fn mark_head(&mut self, version: u64) -> Result<(), StoreError> {
+        let Some(every) = self.opts.head_interval else { return Ok(()) };
+        if self.head_written_at.elapsed() < every {
+            return Ok(());
+        }
+        match self.head_mark.advance(&*self.backend, version, false) {
+            Ok(true) => self.head_written_at = Instant::now(),
+            Ok(false) => {}
+            Err(e) => {
+                self.poisoned = Some(e.to_string());
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Timing of the last commit.
@@ -524,6 +594,7 @@ impl Store {
         let backend = self.backend.clone();
         let flag = stop.clone();
         let activity = self.activity.clone();
+        let head_mark = self.head_mark.clone();
         // Spread over as much log as was written since the last checkpoint (with the
         // `Auto` policy, what made this one due): it then ends well before the next.
         self.activity.urgent.store(false, Ordering::Relaxed);
@@ -538,7 +609,7 @@ impl Store {
                 else {
                     return Ok(None);
                 };
-                meta::write_head(&*backend, head)?;
+                head_mark.advance(&*backend, head, true)?;
                 let obsolete = activity.oldest() >= version;
                 if obsolete {
                     delete_obsolete(&*backend, version, Some((&pacer, &flag)))?;
@@ -614,10 +685,18 @@ impl Store {
     }
 
     fn writable(&self) -> Result<(), StoreError> {
+        if self.opts.read_only {
+            return Err(StoreError::ReadOnly(self.backend.describe()));
+        }
         match &self.poisoned {
             Some(why) => Err(StoreError::Poisoned(why.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Whether the store was opened read-only ([`Options::read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.opts.read_only
     }
 
     /// Counters, sizes and the files on disk.
@@ -653,8 +732,8 @@ impl Store {
     /// Dropping the store instead abandons a running checkpoint (which is safe).
     pub fn close(mut self) -> Result<(), StoreError> {
         self.wait_checkpoint()?;
-        if self.poisoned.is_none() {
-            meta::write_head(&*self.backend, self.head)?;
+        if self.poisoned.is_none() && !self.opts.read_only {
+            self.head_mark.advance(&*self.backend, self.head, true)?;
         }
         Ok(())
     }
@@ -666,6 +745,25 @@ impl Drop for Store {
             job.stop.store(true, Ordering::Relaxed);
             let _ = job.handle.join();
         }
+    }
+}
+
+/// The log "file" of a read-only store: every write fails (none is attempted, since
+/// [`Store::writable`] refuses first).
+struct ReadOnlyFile;
+
+impl std::io::Write for ReadOnlyFile {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::ErrorKind::ReadOnlyFilesystem.into())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl WriteFile for ReadOnlyFile {
+    fn sync(&mut self) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::ReadOnlyFilesystem.into())
     }
 }
 

@@ -39,6 +39,14 @@ pub enum FileKind {
     Unknown,
 }
 
+/// Whether `name` is a temporary file of the store's own (`bavl.meta.tmp`,
+/// `wal-….log.tmp`, …): the only `*.tmp` files opening deletes.
+pub fn is_own_temporary(name: &str) -> bool {
+    name.strip_suffix(TMP_SUFFIX)
+        .is_some_and(|stem| !matches!(classify(stem), FileKind::Unknown | FileKind::Temporary))
+}
+
+/// What kind of store file `name` is.
 pub fn classify(name: &str) -> FileKind {
     let num = |s: &str| (s.len() == 20).then(|| s.parse::<u64>().ok()).flatten();
     if name == META_FILE {
@@ -138,6 +146,44 @@ pub fn read_meta(backend: &dyn Backend) -> Result<Meta, StoreError> {
 /// later found to end earlier is reported as truncated.
 pub fn write_head(backend: &dyn Backend, version: u64) -> Result<(), StoreError> {
     write_atomic(backend, HEAD_FILE, &framed(HEAD_MAGIC, &version.to_le_bytes()))
+}
+
+/// `HEAD`'s writers (the committing thread, the checkpoint thread, `close`), kept in
+/// order: `HEAD` only ever moves forward, and never two writes of it at once.
+pub(crate) struct HeadMark {
+    written: std::sync::Mutex<u64>,
+}
+
+impl HeadMark {
+    /// `HEAD` as opening found it (0 if missing).
+    pub fn new(written: u64) -> Self {
+        HeadMark { written: std::sync::Mutex::new(written) }
+    }
+
+    /// Records `version` (already durable in the log) in `HEAD`, unless it already names
+    /// that version or a later one. Without `wait`, gives up at once (`Ok(false)`) if
+    /// another thread is writing it.
+    pub fn advance(
+        &self,
+        backend: &dyn Backend,
+        version: u64,
+        wait: bool,
+    ) -> Result<bool, StoreError> {
+        let mut written = match self.written.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if !wait => return Ok(false),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.written.lock().unwrap_or_else(|p| p.into_inner())
+            }
+        };
+        if *written >= version {
+            return Ok(true);
+        }
+        write_head(backend, version)?;
+        *written = version;
+        Ok(true)
+    }
 }
 
 /// The version recorded in `HEAD`, if the file exists.

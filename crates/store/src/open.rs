@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use bavl_core::{Digest, Snapshot, Tree, DEFAULT_CAPACITY};
 
 use crate::backend::{Backend, WriteFile};
+use crate::check::{problem, Problem};
 use crate::error::{IoContext, StoreError};
-use crate::meta::{self, classify, wal_name, FileKind, Meta, HEAD_FILE};
+use crate::meta::{self, checkpoint_name, classify, is_own_temporary, wal_name, FileKind, Meta};
 use crate::wal::{self, Next, SegmentReader};
 use crate::{checkpoint, Options};
 
@@ -21,12 +22,16 @@ pub struct Recovery {
     pub replayed: u64,
     /// Bytes of a record cut short by a crash, discarded from the end of the log.
     pub discarded_bytes: u64,
-    /// Temporary files of interrupted writes, deleted.
+    /// Temporary files of interrupted writes, deleted (counted, not deleted, read-only).
     pub removed_temporary: u64,
     /// Why the checkpoint before the newest could not rebuild the versions before the
     /// newest (it was damaged, say): the state then comes from the newest alone, and the
     /// older files go at the first commit.
     pub older_checkpoint_skipped: Option<String>,
+    /// The same, as the damaged file, offset and what is wrong (for `bavl check`).
+    pub older_checkpoint_damage: Option<Problem>,
+    /// The version `HEAD` names (every version up to it was committed), if present.
+    pub head_file: Option<u64>,
     pub load_checkpoint: Duration,
     pub replay: Duration,
 }
@@ -41,6 +46,8 @@ pub(crate) struct Opened {
     pub log_since_checkpoint: u64,
     pub last_checkpoint: Option<(u64, u64)>,
     pub recovery: Recovery,
+    /// The store's own temporary files (left by interrupted writes), to be deleted.
+    pub temporary: Vec<String>,
 }
 
 /// The store's files, sorted by kind.
@@ -65,7 +72,8 @@ pub(crate) fn list(backend: &dyn Backend) -> Result<Listing, StoreError> {
         match classify(name) {
             FileKind::Checkpoint(v) => l.checkpoints.push(v),
             FileKind::Wal(v) => l.segments.push(v),
-            FileKind::Temporary => l.temporary.push(name.clone()),
+            FileKind::Temporary if is_own_temporary(name) => l.temporary.push(name.clone()),
+            FileKind::Temporary => l.unknown.push(name.clone()),
             FileKind::Unknown => l.unknown.push(name.clone()),
             FileKind::Meta | FileKind::Head => {}
         }
@@ -85,6 +93,20 @@ pub(crate) fn meta_for(
     if !l.names.iter().any(|n| n == meta::META_FILE) {
         if !l.checkpoints.is_empty() || !l.segments.is_empty() {
             return Err(StoreError::corrupted(meta::META_FILE, 0, "missing, but data files exist"));
+        }
+        // Only an empty directory becomes a store: nothing of another program's is
+        // created, deleted or overwritten (left-over temporaries of an interrupted
+        // creation of this store are the store's own).
+        if !l.unknown.is_empty() || l.names.iter().any(|n| classify(n) == FileKind::Head) {
+            let mut theirs: Vec<&str> = l.unknown.iter().map(String::as_str).collect();
+            theirs.sort_unstable();
+            let shown = theirs.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+            return Err(StoreError::InvalidOption(format!(
+                "{} is neither empty nor a bavl store (it holds {shown}{}): refusing to \
+                 create a store there",
+                backend.describe(),
+                if theirs.len() > 3 { ", ..." } else { "" }
+            )));
         }
         let meta = Meta { capacity: opts.capacity.unwrap_or(DEFAULT_CAPACITY) };
         Tree::with_capacity(meta.capacity)?;
@@ -113,14 +135,8 @@ pub(crate) fn recover(
     read_only: bool,
 ) -> Result<Opened, StoreError> {
     let l = list(backend)?;
-    let mut removed_temporary = 0;
-    for name in &l.temporary {
-        if !read_only {
-            backend.remove(name).ctx(|| format!("deleting the left-over {name}"))?;
-        }
-        removed_temporary += 1;
-    }
     let meta = if read_only { meta::read_meta(backend)? } else { meta_for(backend, &l, opts)? };
+    check_capacity(backend, &l, &meta)?;
 
     // The checkpoint before the newest one is still on disk when the newest was installed
     // while older versions were retained (someone waited for it), or when a crash came
@@ -138,15 +154,16 @@ pub(crate) fn recover(
     let rebuilt = match before.map(|base| rebuild(backend, &l, &meta, opts, Some(base), newest)) {
         Some(Ok(r)) => r,
         Some(Err(e)) => {
-            skipped = Some(e.to_string());
+            skipped = Some(e);
             rebuild(backend, &l, &meta, opts, newest, newest)?
         }
         None => rebuild(backend, &l, &meta, opts, newest, newest)?,
     };
     let Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, mut recovery } =
         rebuilt;
-    recovery.removed_temporary = removed_temporary;
-    recovery.older_checkpoint_skipped = skipped;
+    recovery.removed_temporary = l.temporary.len() as u64;
+    recovery.older_checkpoint_skipped = skipped.as_ref().map(|e| e.to_string());
+    recovery.older_checkpoint_damage = skipped.map(problem);
     let last_checkpoint = match newest {
         Some(v) => {
             let name = meta::checkpoint_name(v);
@@ -167,17 +184,22 @@ pub(crate) fn recover(
         Tail::None => None,
     };
 
-    if let Some(durable) = meta::read_head(backend, &l.names)? {
-        if durable > head {
-            return Err(StoreError::corrupted(
-                HEAD_FILE,
-                0,
-                format!(
-                    "version {durable} was committed but the log ends at {head}: \
-                     the log was truncated or deleted"
-                ),
-            ));
-        }
+    // `HEAD` names a version known committed: a log ending before it lost versions that
+    // were acknowledged. The log is what is damaged (its newest segment cut, or deleted).
+    recovery.head_file = meta::read_head(backend, &l.names)?;
+    if let Some(durable) = recovery.head_file.filter(|&d| d > head) {
+        let file = l.segments.last().map_or_else(|| wal_name(head + 1), |&f| wal_name(f));
+        let offset = l.segments.last().map_or(0, |&f| backend.file_len(&wal_name(f)).unwrap_or(0));
+        return Err(StoreError::corrupted(
+            &file,
+            offset,
+            format!(
+                "the log ends at version {head}, but HEAD records version {durable} as \
+                 committed: versions {}..={durable} were lost (the log was cut, or its \
+                 newest file deleted)",
+                head + 1
+            ),
+        ));
     }
 
     let (wal, wal_first) = match tail {
@@ -208,7 +230,43 @@ pub(crate) fn recover(
         log_since_checkpoint,
         last_checkpoint,
         recovery,
+        temporary: l.temporary,
     })
+}
+
+/// Blames `bavl.meta` when it disagrees on the chunk capacity with every data file (the
+/// newest checkpoint and every log segment whose header reads), which agree among
+/// themselves: the one file that differs is the damaged one. Otherwise the files that
+/// disagree with it are reported as they are read.
+fn check_capacity(backend: &dyn Backend, l: &Listing, meta: &Meta) -> Result<(), StoreError> {
+    let mut seen = Vec::new();
+    if let Some(&v) = l.checkpoints.last() {
+        if let Ok(h) = checkpoint::read_header(backend, &checkpoint_name(v)) {
+            seen.push((checkpoint_name(v), h.capacity));
+        }
+    }
+    for &first in &l.segments {
+        let name = wal_name(first);
+        let Ok(len) = backend.file_len(&name) else { continue };
+        let Ok(r) = backend.open_read(&name) else { continue };
+        if let Ok(Some(seg)) = SegmentReader::open(r, &name, len) {
+            seen.push((name, seg.capacity));
+        }
+    }
+    match seen.first() {
+        Some((file, c)) if *c != meta.capacity && seen.iter().all(|(_, x)| x == c) => {
+            Err(StoreError::corrupted(
+                meta::META_FILE,
+                13,
+                format!(
+                    "capacity {}, but {file} and every other data file were written with \
+                     capacity {c}",
+                    meta.capacity
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What the last segment of the log looked like.
@@ -281,6 +339,7 @@ fn rebuild(
     let keep = opts.keep_recent.max(1);
     let mut log_since_checkpoint = 0;
     let mut tail = Tail::None;
+    let mut prev = None;
     for (i, &first) in l.segments.iter().enumerate() {
         let last = i + 1 == l.segments.len();
         let name = wal_name(first);
@@ -298,11 +357,7 @@ fn rebuild(
             return Err(StoreError::corrupted(&name, 8, "header disagrees with name or meta"));
         }
         if first > head + 1 {
-            return Err(StoreError::corrupted(
-                &name,
-                0,
-                format!("versions {}..{} are missing from the log", head + 1, first),
-            ));
+            return Err(gap(&name, first, head, base, prev));
         }
         let mut expect = first;
         loop {
@@ -321,6 +376,21 @@ fn rebuild(
                     }
                     let (root, _) = wal::apply(&mut tree, &body, &name, offset)?;
                     let actual = tree.root_hash();
+                    if actual != root && version == base + 1 && recovery.checkpoint.is_some() {
+                        // The record's checksums hold and the checkpoint verified against
+                        // its own root: they are of two histories. The log record was
+                        // written right after that version was committed; the checkpoint
+                        // is the file out of place.
+                        return Err(StoreError::corrupted(
+                            &checkpoint_name(base),
+                            0,
+                            format!(
+                                "its state does not lead to the log's version {version} \
+                                 ({name} at byte {offset}): a checkpoint of another store \
+                                 or history"
+                            ),
+                        ));
+                    }
                     if actual != root {
                         return Err(StoreError::corrupted(
                             &name,
@@ -365,6 +435,7 @@ fn rebuild(
         if last {
             tail = Tail::At(first, seg.position());
         }
+        prev = Some(name);
     }
     recovery.replay = t.elapsed();
     if let Some((n, _, ckpt)) = &through {
@@ -377,4 +448,38 @@ fn rebuild(
         }
     }
     Ok(Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, recovery })
+}
+
+/// The error for a log segment starting at `first` when the state reaches only `head`.
+/// If nothing was replayed yet, the log continues from a checkpoint of `first - 1` that is
+/// missing (segments begin where a checkpoint was taken); otherwise the segment before
+/// (`prev`) ends early: cut at a record boundary, or a segment after it is missing.
+fn gap(name: &str, first: u64, head: u64, base: u64, prev: Option<String>) -> StoreError {
+    match prev {
+        Some(prev) if head > base => StoreError::corrupted(
+            &prev,
+            0,
+            format!(
+                "ends at version {head}, but the next segment ({name}) starts at {first}: \
+                 versions {}..={} were cut from it (or a segment between is missing)",
+                head + 1,
+                first - 1
+            ),
+        ),
+        _ => {
+            let from =
+                if base == 0 { "the empty store".to_string() } else { checkpoint_name(base) };
+            StoreError::corrupted(
+                &checkpoint_name(first - 1),
+                0,
+                format!(
+                    "missing: the log ({name}) continues from version {}, but the newest \
+                     state on disk before it is {from} (versions {}..={} are in no file)",
+                    first - 1,
+                    head + 1,
+                    first - 1
+                ),
+            )
+        }
+    }
 }

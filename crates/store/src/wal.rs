@@ -1,5 +1,5 @@
 //! The write-ahead log: one record per committed version, holding that version's
-//! operations and its root hash. Byte layouts: `docs/design.md` §7.2.
+//! operations and its root hash. Byte layouts: `docs/design.md` §8.2.
 
 use std::io::{self, Read};
 
@@ -263,7 +263,11 @@ pub fn apply(
                 tree.insert(key, value).map_err(|e: InputError| bad(&e.to_string()))?;
             }
             OP_DELETE => {
-                tree.remove(key);
+                // The store logs a delete only of a key that was present (`Store::remove`);
+                // a delete of an absent key is not a record it writes.
+                if tree.remove(key).is_none() {
+                    return Err(bad("delete of an absent key"));
+                }
             }
             _ => return Err(bad("unknown operation")),
         }
