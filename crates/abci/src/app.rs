@@ -1,0 +1,213 @@
+//! The application: shared state behind the four ABCI connections, and the dispatch of
+//! ABCI 0.38 requests to the modules that answer them.
+//!
+//! CometBFT opens four connections (consensus, mempool, query, snapshot) and
+//! `tendermint-abci` serves each on its own thread with a clone of [`App`]. Everything
+//! that changes state takes one mutex; reading a version (queries, snapshot chunks)
+//! takes it only to clone an O(1) [`bavl_core::Snapshot`] and works outside it.
+//!
+//! Invariant: the store's version is the last committed block height, and its root is
+//! that block's app hash. A store failure (I/O, a poisoned log) cannot be answered in
+//! ABCI: the handler panics with the cause (the `bavl-abci` binary then exits, CometBFT
+//! stops with it, and a restart recovers from the last durable version).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bavl_store::{Options, Store};
+use tendermint_abci::Application;
+use tendermint_proto::v0_38::abci as pb;
+
+use crate::byzantine::Lie;
+use crate::home::{Home, HomeError};
+use crate::restore::Restoring;
+use crate::statesync::Held;
+use crate::tx::Tx;
+
+/// How the application runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The application's directory (see [`crate::home`]).
+    pub home: PathBuf,
+    /// A snapshot every this many heights (0: none).
+    pub snapshot_interval: u64,
+    /// How many snapshots to keep (the newest).
+    pub snapshot_keep: usize,
+    /// The store's options; `capacity` must be the same on every node of a chain (the
+    /// root commits to it).
+    pub store: Options,
+    /// `ResponseInfo.app_version`.
+    pub app_version: u64,
+    /// The size a snapshot bundle (ABCI chunk) aims at: the same on every node of a
+    /// chain, or their snapshots differ and each is fetched from its own servers only.
+    pub bundle_bytes: u64,
+    /// Serve lying snapshots (tests only; see [`crate::byzantine`]).
+    pub byzantine: Option<Lie>,
+}
+
+impl Config {
+    /// The defaults: a snapshot every 100 heights, the last 2 kept.
+    pub fn new(home: impl Into<PathBuf>) -> Config {
+        Config {
+            home: home.into(),
+            snapshot_interval: 100,
+            snapshot_keep: 2,
+            store: Options::default(),
+            app_version: 1,
+            bundle_bytes: crate::snapshot::TARGET_BUNDLE_BYTES,
+            byzantine: None,
+        }
+    }
+}
+
+/// What changes: the live store and what is in flight.
+pub(crate) struct Node {
+    pub(crate) store: Store,
+    pub(crate) home: Home,
+    /// The height finalized but not yet committed.
+    pub(crate) pending: Option<u64>,
+    pub(crate) restoring: Option<Restoring>,
+    pub(crate) snapshots: Vec<Held>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) cfg: Config,
+    pub(crate) node: Mutex<Node>,
+}
+
+/// The ABCI application over a bavl store. Cheap to clone (one per connection).
+#[derive(Clone)]
+pub struct App {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl App {
+    /// Opens (or creates) the application's directory and its store.
+    pub fn open(cfg: Config) -> Result<App, HomeError> {
+        let (home, store) = Home::open(&cfg.home, &cfg.store)?;
+        tracing::info!(
+            height = store.version(),
+            app_hash = %hex::encode(store.root()),
+            "opened the store"
+        );
+        let node = Node { store, home, pending: None, restoring: None, snapshots: Vec::new() };
+        Ok(App { shared: Arc::new(Shared { cfg, node: Mutex::new(node) }) })
+    }
+
+    pub(crate) fn node(&self) -> MutexGuard<'_, Node> {
+        // A handler that panicked left a fatal error behind; the process is exiting.
+        self.shared.node.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn cfg(&self) -> &Config {
+        &self.shared.cfg
+    }
+
+    /// The last committed height and its app hash.
+    pub fn last_commit(&self) -> (u64, [u8; 32]) {
+        let node = self.node();
+        (node.store.version(), node.store.root())
+    }
+
+    /// The value of `key` in the last committed state.
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.node().store.latest().get(key).map(<[u8]>::to_vec)
+    }
+
+    /// The heights of the snapshots this node serves.
+    pub fn snapshot_heights(&self) -> Vec<u64> {
+        self.node().snapshots.iter().map(|h| h.height).collect()
+    }
+}
+
+impl Node {
+    /// Replaces the live store by what `open` returns, dropping the old one first (its
+    /// directory lock goes with it). A failure is fatal: there is no store to go on with.
+    pub(crate) fn reopen_store<E: std::fmt::Display>(
+        &mut self,
+        what: &str,
+        open: impl FnOnce(&Home) -> Result<Store, E>,
+    ) {
+        let none = Store::open_backend(Arc::new(bavl_store::MemBackend::new()), Options::default());
+        let Ok(none) = none else { panic!("{what}: opening an in-memory store") };
+        drop(std::mem::replace(&mut self.store, none));
+        match open(&self.home) {
+            Ok(store) => self.store = store,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+impl Application for App {
+    fn info(&self, _req: pb::RequestInfo) -> pb::ResponseInfo {
+        let mut node = self.node();
+        // A new handshake after CometBFT restarted while this process lived on: what it
+        // finalized but never committed is replayed, so it is dropped first.
+        if node.pending.is_some() {
+            crate::block::discard_uncommitted(self, &mut node);
+        }
+        pb::ResponseInfo {
+            data: "bavl".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            app_version: self.cfg().app_version,
+            last_block_height: node.store.version() as i64,
+            last_block_app_hash: node.store.root().to_vec().into(),
+        }
+    }
+
+    fn init_chain(&self, req: pb::RequestInitChain) -> pb::ResponseInitChain {
+        crate::block::init_chain(self, req)
+    }
+
+    fn query(&self, req: pb::RequestQuery) -> pb::ResponseQuery {
+        crate::query::query(self, req)
+    }
+
+    fn check_tx(&self, req: pb::RequestCheckTx) -> pb::ResponseCheckTx {
+        match Tx::decode(&req.tx) {
+            Ok(tx) => pb::ResponseCheckTx { gas_wanted: tx.ops.len() as i64, ..Default::default() },
+            Err(e) => {
+                tracing::debug!(code = e.code(), "CheckTx refused: {e}");
+                pb::ResponseCheckTx { code: e.code(), log: e.to_string(), ..Default::default() }
+            }
+        }
+    }
+
+    fn prepare_proposal(&self, req: pb::RequestPrepareProposal) -> pb::ResponsePrepareProposal {
+        crate::block::prepare_proposal(req)
+    }
+
+    fn process_proposal(&self, req: pb::RequestProcessProposal) -> pb::ResponseProcessProposal {
+        crate::block::process_proposal(req)
+    }
+
+    fn finalize_block(&self, req: pb::RequestFinalizeBlock) -> pb::ResponseFinalizeBlock {
+        crate::block::finalize_block(self, req)
+    }
+
+    fn commit(&self) -> pb::ResponseCommit {
+        crate::block::commit(self)
+    }
+
+    fn list_snapshots(&self) -> pb::ResponseListSnapshots {
+        crate::statesync::list_snapshots(self)
+    }
+
+    fn offer_snapshot(&self, req: pb::RequestOfferSnapshot) -> pb::ResponseOfferSnapshot {
+        crate::statesync::offer_snapshot(self, req)
+    }
+
+    fn load_snapshot_chunk(
+        &self,
+        req: pb::RequestLoadSnapshotChunk,
+    ) -> pb::ResponseLoadSnapshotChunk {
+        crate::statesync::load_snapshot_chunk(self, req)
+    }
+
+    fn apply_snapshot_chunk(
+        &self,
+        req: pb::RequestApplySnapshotChunk,
+    ) -> pb::ResponseApplySnapshotChunk {
+        crate::statesync::apply_snapshot_chunk(self, req)
+    }
+}

@@ -1,0 +1,135 @@
+//! Blocks: proposals, `FinalizeBlock` (apply, return the bavl root as the app hash) and
+//! `Commit` (make that version durable, take a snapshot at the interval).
+//!
+//! Determinism: a block's transactions are applied in order; one that does not decode
+//! (only a faulty proposer includes one: `ProcessProposal` rejects such blocks) gets its
+//! error code and changes nothing; a valid one applies all its operations. The app hash
+//! depends only on the state, which depends only on the blocks.
+//!
+//! Crash safety: nothing is durable before `Commit`, which appends one fsynced log record.
+//! After a kill -9 of the application, it reopens at the last committed height and
+//! CometBFT replays what follows. When CometBFT restarts while this process lives on, a
+//! finalized but uncommitted block is dropped (the store reopened) at the next `Info` or
+//! `FinalizeBlock`, so the replayed block applies to the committed state.
+
+use tendermint_proto::v0_38::abci as pb;
+
+use crate::app::{App, Node};
+use crate::tx::{Op, Tx};
+
+pub(crate) fn init_chain(app: &App, req: pb::RequestInitChain) -> pb::ResponseInitChain {
+    let node = app.node();
+    if req.initial_height > 1 {
+        panic!(
+            "genesis initial_height {} is not supported: bavl-abci numbers its versions by \
+             height from 1",
+            req.initial_height
+        );
+    }
+    if !req.app_state_bytes.is_empty() && &req.app_state_bytes[..] != b"{}" {
+        tracing::warn!(bytes = req.app_state_bytes.len(), "genesis app_state is ignored");
+    }
+    if node.store.version() != 0 {
+        panic!("InitChain on a store at height {}: wrong --home?", node.store.version());
+    }
+    pb::ResponseInitChain { app_hash: node.store.root().to_vec().into(), ..Default::default() }
+}
+
+/// The transactions that decode, in order, within `max_tx_bytes`.
+pub(crate) fn prepare_proposal(req: pb::RequestPrepareProposal) -> pb::ResponsePrepareProposal {
+    let max = usize::try_from(req.max_tx_bytes).unwrap_or(0);
+    let mut total = 0usize;
+    let mut txs = Vec::with_capacity(req.txs.len());
+    for tx in req.txs {
+        if Tx::decode(&tx).is_err() || total + tx.len() > max {
+            continue;
+        }
+        total += tx.len();
+        txs.push(tx);
+    }
+    pb::ResponsePrepareProposal { txs }
+}
+
+/// Rejects a proposal holding a transaction that does not decode.
+pub(crate) fn process_proposal(req: pb::RequestProcessProposal) -> pb::ResponseProcessProposal {
+    use pb::response_process_proposal::ProposalStatus;
+    let bad = req.txs.iter().position(|tx| Tx::decode(tx).is_err());
+    if let Some(i) = bad {
+        tracing::warn!(height = req.height, tx = i, "rejecting a proposal with a malformed tx");
+    }
+    let status = if bad.is_some() { ProposalStatus::Reject } else { ProposalStatus::Accept };
+    pb::ResponseProcessProposal { status: status as i32 }
+}
+
+pub(crate) fn finalize_block(
+    app: &App,
+    req: pb::RequestFinalizeBlock,
+) -> pb::ResponseFinalizeBlock {
+    let mut node = app.node();
+    if node.pending.is_some() {
+        discard_uncommitted(app, &mut node);
+    }
+    let expected = node.store.version() + 1;
+    let height = u64::try_from(req.height).unwrap_or(0);
+    if height != expected {
+        panic!("FinalizeBlock at height {height}, but the store is at {}", expected - 1);
+    }
+    let mut tx_results = Vec::with_capacity(req.txs.len());
+    let mut ops = 0usize;
+    for tx in &req.txs {
+        tx_results.push(match Tx::decode(tx) {
+            Ok(tx) => {
+                ops += tx.ops.len();
+                apply(&mut node, tx);
+                pb::ExecTxResult::default()
+            }
+            Err(e) => pb::ExecTxResult { code: e.code(), log: e.to_string(), ..Default::default() },
+        });
+    }
+    let root = node.store.working_root();
+    node.pending = Some(height);
+    tracing::debug!(height, txs = req.txs.len(), ops, app_hash = %hex::encode(root), "finalized");
+    pb::ResponseFinalizeBlock { tx_results, app_hash: root.to_vec().into(), ..Default::default() }
+}
+
+fn apply(node: &mut Node, tx: Tx) {
+    for op in tx.ops {
+        let r = match op {
+            Op::Set { key, value } => node.store.insert(&key, &value).map(|_| ()),
+            Op::Delete { key } => node.store.remove(&key).map(|_| ()),
+        };
+        // Keys and values were checked against bavl's limits when decoding: only a
+        // failed store (I/O) can refuse, and then nothing can go on.
+        if let Err(e) = r {
+            panic!("the store refused a valid operation: {e}");
+        }
+    }
+}
+
+pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
+    let mut node = app.node();
+    let Some(height) = node.pending.take() else {
+        panic!("Commit without FinalizeBlock");
+    };
+    let (version, root) = match node.store.commit() {
+        Ok(v) => v,
+        Err(e) => panic!("committing height {height}: {e}"),
+    };
+    debug_assert_eq!(version, height);
+    let interval = app.cfg().snapshot_interval;
+    if interval > 0 && version % interval == 0 {
+        crate::statesync::take_snapshot(app, &mut node, version);
+    }
+    tracing::debug!(height, app_hash = %hex::encode(root), "committed");
+    pb::ResponseCommit { retain_height: 0 }
+}
+
+/// Drops a finalized, uncommitted block by reopening the store at its last commit.
+pub(crate) fn discard_uncommitted(app: &App, node: &mut Node) {
+    let height = node.pending.take();
+    tracing::warn!(?height, "dropping a finalized block that was never committed");
+    let opts = app.cfg().store.clone();
+    node.reopen_store("reopening the store", |home| -> Result<_, crate::home::HomeError> {
+        Ok(bavl_store::Store::open(home.current()?, opts)?)
+    });
+}

@@ -1,0 +1,33 @@
+//! # bavl-abci
+//!
+//! A CometBFT application (ABCI 0.38) whose state is a [`bavl_store::Store`]: the app
+//! hash is the bavl root, `Query` answers with bavl membership and absence proofs, and
+//! state sync moves retained versions as bundles of self-verifiable chunks, each checked
+//! against the light-client-verified app hash the moment it arrives.
+//!
+//! ```no_run
+//! use bavl_abci::{App, Config};
+//! let app = App::open(Config::new("/var/lib/bavl-abci"))?;
+//! // CometBFT connects with proxy_app = "tcp://127.0.0.1:26658".
+//! tendermint_abci::ServerBuilder::default().bind("127.0.0.1:26658", app)?.listen()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Formats (transactions, query proofs, snapshot format 1), configuration and the
+//! reasons behind them: `docs/chain.md`.
+#![forbid(unsafe_code)]
+
+pub mod app;
+mod block;
+pub mod byzantine;
+pub mod home;
+pub mod query;
+pub mod restore;
+pub mod rpc;
+pub mod snapshot;
+mod statesync;
+pub mod tx;
+
+pub use app::{App, Config};
+pub use byzantine::Lie;
+pub use tx::{Op, Tx, TxError};

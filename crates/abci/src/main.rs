@@ -1,0 +1,187 @@
+//! `bavl-abci`: the bavl CometBFT application, its load generator and an RPC helper.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bavl_abci::{App, Config, Lie, Op, Tx};
+use clap::{Parser, Subcommand};
+use rand::{Rng, SeedableRng};
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
+
+/// The bavl CometBFT application (ABCI 0.38): the app hash is the bavl root, queries carry
+/// bavl proofs, and state sync verifies every chunk against the trusted app hash.
+/// Formats and knobs: docs/chain.md.
+#[derive(Parser)]
+#[command(name = "bavl-abci", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serves the application to a CometBFT node (set its proxy_app to tcp://ADDR).
+    Serve(ServeArgs),
+    /// Submits random set/delete transactions over a node's RPC (broadcast_tx_sync).
+    Load(LoadArgs),
+    /// Prints a node's latest height, or a block's hash and app hash, as KEY=VALUE lines.
+    Status {
+        /// The node's RPC address.
+        #[arg(long, default_value = "http://127.0.0.1:26657")]
+        rpc: String,
+        /// A block height (default: the latest).
+        #[arg(long)]
+        height: Option<u64>,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// The application's directory (created if missing).
+    #[arg(long)]
+    home: PathBuf,
+    /// Where CometBFT connects (its proxy_app).
+    #[arg(long, default_value = "127.0.0.1:26658")]
+    listen: String,
+    /// A snapshot every this many heights (0: none).
+    #[arg(long, default_value_t = 100)]
+    snapshot_interval: u64,
+    /// How many snapshots to keep serving.
+    #[arg(long, default_value_t = 2)]
+    snapshot_keep: usize,
+    /// Chunk capacity of a new store: the same on every node of a chain.
+    #[arg(long)]
+    capacity: Option<u32>,
+    /// TESTS ONLY: serve lying snapshots (wrong-bytes, other-height, truncated, forged).
+    #[arg(long)]
+    byzantine: Option<Lie>,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, default_value = "info")]
+    log: tracing::Level,
+}
+
+#[derive(clap::Args)]
+struct LoadArgs {
+    /// Node RPC addresses, used in turn.
+    #[arg(long, required = true, num_args = 1..)]
+    rpc: Vec<String>,
+    /// How many transactions to submit.
+    #[arg(long, default_value_t = 1000)]
+    txs: u64,
+    /// Transactions per second (0: as fast as the nodes answer).
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Operations per transaction (about 1 in 8 a delete).
+    #[arg(long, default_value_t = 10)]
+    ops: usize,
+    /// Distinct keys drawn from (20-byte keys).
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn main() -> Result<()> {
+    #[cfg(feature = "mimalloc")]
+    bavl_alloc::keep_freed_memory();
+    match Cli::parse().cmd {
+        Cmd::Serve(a) => serve(a),
+        Cmd::Load(a) => load(a),
+        Cmd::Status { rpc, height } => status(&rpc, height),
+    }
+}
+
+fn serve(a: ServeArgs) -> Result<()> {
+    tracing_subscriber::fmt().with_max_level(a.log).with_writer(std::io::stderr).init();
+    // A handler that cannot go on (a store failure) panics: stop the whole process, so
+    // CometBFT stops too and a restart recovers from the last durable version.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        tracing::error!("fatal: {info}");
+        std::process::exit(70);
+    }));
+    let mut cfg = Config::new(&a.home);
+    cfg.snapshot_interval = a.snapshot_interval;
+    cfg.snapshot_keep = a.snapshot_keep;
+    cfg.store.capacity = a.capacity;
+    cfg.byzantine = a.byzantine;
+    if let Some(lie) = a.byzantine {
+        tracing::warn!(%lie, "BYZANTINE TEST MODE: this node serves lying snapshot chunks");
+    }
+    let app = App::open(cfg).with_context(|| format!("opening {}", a.home.display()))?;
+    let server = tendermint_abci::ServerBuilder::default()
+        .bind(&a.listen, app)
+        .map_err(|e| anyhow::anyhow!("binding {}: {e}", a.listen))?;
+    tracing::info!(listen = %server.local_addr(), "serving ABCI");
+    server.listen().map_err(|e| anyhow::anyhow!("serving ABCI: {e}"))
+}
+
+fn random_tx(rng: &mut impl Rng, a: &LoadArgs) -> Tx {
+    let ops = (0..a.ops.max(1))
+        .map(|_| {
+            let k = rng.gen_range(0..a.keys.max(1));
+            let mut key = format!("key{k:017}").into_bytes();
+            key.truncate(20);
+            if rng.gen_ratio(1, 8) {
+                Op::Delete { key }
+            } else {
+                let mut value = vec![0u8; a.value_bytes];
+                rng.fill(&mut value[..]);
+                Op::Set { key, value }
+            }
+        })
+        .collect();
+    Tx { ops }
+}
+
+fn load(a: LoadArgs) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
+    let start = Instant::now();
+    let (mut ok, mut refused, mut failed) = (0u64, 0u64, 0u64);
+    for i in 0..a.txs {
+        if a.rate > 0.0 {
+            let due = start + Duration::from_secs_f64(i as f64 / a.rate);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
+        let tx = random_tx(&mut rng, &a).encode();
+        let rpc = &a.rpc[i as usize % a.rpc.len()];
+        let path = format!("/broadcast_tx_sync?tx=0x{}", hex::encode(&tx));
+        match bavl_abci::rpc::get(rpc, &path) {
+            Ok(r) if r["code"].as_u64() == Some(0) => ok += 1,
+            Ok(r) => {
+                refused += 1;
+                eprintln!("tx {i} refused: code {} {}", r["code"], r["log"]);
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("tx {i} via {rpc}: {e}");
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!("sent={} accepted={ok} refused={refused} failed={failed} seconds={secs:.2}", a.txs);
+    if ok == 0 && a.txs > 0 {
+        bail!("no transaction was accepted");
+    }
+    Ok(())
+}
+
+fn status(rpc: &str, height: Option<u64>) -> Result<()> {
+    let latest = bavl_abci::rpc::latest_height(rpc).with_context(|| format!("asking {rpc}"))?;
+    println!("latest_height={latest}");
+    if let Some(h) = height {
+        let (hash, app) =
+            bavl_abci::rpc::block_hashes(rpc, h).with_context(|| format!("asking {rpc}"))?;
+        println!("height={h}\nblock_hash={hash}\napp_hash={app}");
+    }
+    Ok(())
+}

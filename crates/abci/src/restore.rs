@@ -1,0 +1,144 @@
+//! Restoring a snapshot offered by CometBFT: each bundle verified in full before any of
+//! it is kept. Sans-I/O: the caller writes the finished tree.
+//!
+//! [`Restoring::offer`] accepts a snapshot only if its format is 1, its metadata is well
+//! formed and matches its hash, and its root equals the app hash CometBFT's light client
+//! verified. [`Restoring::apply`] splits a bundle and verifies every bavl chunk in it
+//! against that root at its expected index; only when all verify are they kept. A bundle
+//! that fails costs one chunk: the answer is `Retry` with the bundle refetched and its
+//! sender rejected. A bundle that verifies but says the snapshot has another number of
+//! chunks than its metadata means the metadata lied under the right root: the snapshot
+//! is rejected.
+
+use bavl_core::{Digest, Restore, Tree};
+
+use crate::snapshot::{split_bundle, Metadata, FORMAT};
+
+/// Why an offered snapshot is refused, and how to answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OfferError {
+    #[error("format {0} (this application restores format {FORMAT})")]
+    Format(u32),
+    #[error("bad metadata: {0}")]
+    Metadata(String),
+    #[error("the snapshot's chunk count {found} disagrees with its metadata's {expected}")]
+    ChunkCount { expected: u64, found: u32 },
+    #[error("the snapshot hash does not match its metadata")]
+    Hash,
+    #[error("its root {found} is not the trusted app hash {trusted}")]
+    Root { trusted: String, found: String },
+}
+
+/// What to answer to one bundle.
+pub enum Applied {
+    /// Kept; more bundles are missing.
+    Accepted { bundles_left: u64 },
+    /// Already kept (a repeat after a retry elsewhere).
+    Duplicate,
+    /// Refused: refetch it, from another sender.
+    Retry { reason: String },
+    /// The snapshot cannot be restored (its metadata lied under the right root).
+    RejectSnapshot { reason: String },
+    /// The last bundle: the restored tree, whose root is the trusted app hash.
+    Complete(Box<Tree>),
+}
+
+/// A restore in progress.
+pub struct Restoring {
+    pub height: u64,
+    pub meta: Metadata,
+    restore: Restore,
+    kept: Vec<bool>,
+    left: u64,
+    /// Bytes of the bundles kept so far.
+    pub bytes: u64,
+}
+
+impl Restoring {
+    /// Checks an offered snapshot (`format`, `chunks`, `hash`, `metadata` as CometBFT
+    /// passes them) against the trusted `app_hash`.
+    pub fn offer(
+        height: u64,
+        format: u32,
+        chunks: u32,
+        hash: &[u8],
+        metadata: &[u8],
+        app_hash: &[u8],
+    ) -> Result<Restoring, OfferError> {
+        if format != FORMAT {
+            return Err(OfferError::Format(format));
+        }
+        let meta = Metadata::decode(metadata).map_err(|e| OfferError::Metadata(e.to_string()))?;
+        if meta.bundles() != u64::from(chunks) {
+            return Err(OfferError::ChunkCount { expected: meta.bundles(), found: chunks });
+        }
+        if meta.hash(height)[..] != *hash {
+            return Err(OfferError::Hash);
+        }
+        if meta.root[..] != *app_hash {
+            let (trusted, found) = (hex::encode(app_hash), hex::encode(meta.root));
+            return Err(OfferError::Root { trusted, found });
+        }
+        let bundles = meta.bundles() as usize;
+        Ok(Restoring {
+            height,
+            meta,
+            restore: Restore::new(meta.root),
+            kept: vec![false; bundles],
+            left: bundles as u64,
+            bytes: 0,
+        })
+    }
+
+    /// The trusted root.
+    pub fn root(&self) -> Digest {
+        self.meta.root
+    }
+
+    /// Verifies bundle `index` whole, then keeps it.
+    pub fn apply(&mut self, index: u32, bytes: &[u8]) -> Applied {
+        let i = u64::from(index);
+        let Some(kept) = self.kept.get(index as usize).copied() else {
+            return Applied::Retry { reason: format!("bundle {i} of {}", self.kept.len()) };
+        };
+        if kept {
+            return Applied::Duplicate;
+        }
+        let range = self.meta.bundle_range(i);
+        let parts = match split_bundle(bytes, range.end - range.start) {
+            Ok(parts) => parts,
+            Err(e) => return Applied::Retry { reason: format!("bundle {i}: {e}") },
+        };
+        let mut verified = Vec::with_capacity(parts.len());
+        for (j, part) in range.zip(parts) {
+            match bavl_core::verify_chunk::<bavl_core::Sha256>(&self.meta.root, j, part) {
+                Ok(c) if c.chunk_count != self.meta.chunk_count => {
+                    let reason = format!(
+                        "chunk {j} verifies and says the snapshot has {} chunks, its metadata {}",
+                        c.chunk_count, self.meta.chunk_count
+                    );
+                    return Applied::RejectSnapshot { reason };
+                }
+                Ok(c) => verified.push(c),
+                Err(e) => return Applied::Retry { reason: format!("bundle {i}, chunk {j}: {e}") },
+            }
+        }
+        for c in verified {
+            if let Err(e) = self.restore.add_verified(c) {
+                // Unreachable for chunks verified against this root at distinct indexes.
+                return Applied::RejectSnapshot { reason: format!("bundle {i}: {e}") };
+            }
+        }
+        self.kept[index as usize] = true;
+        self.left -= 1;
+        self.bytes += bytes.len() as u64;
+        if self.left > 0 {
+            return Applied::Accepted { bundles_left: self.left };
+        }
+        let restore = std::mem::replace(&mut self.restore, Restore::new(self.meta.root));
+        match restore.finish(self.meta.capacity) {
+            Ok(tree) => Applied::Complete(Box::new(tree)),
+            Err(e) => Applied::RejectSnapshot { reason: format!("finishing the restore: {e}") },
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The four snapshot calls: serving retained versions as format-1 snapshots, and
+//! restoring one bundle at a time, each verified against the trusted app hash.
+//!
+//! Taking a snapshot at `Commit` keeps the committed version's O(1) [`Snapshot`] and plans
+//! its bundles from 16 sampled chunks ([`crate::snapshot::plan`]); nothing is exported or
+//! written. Snapshots live in memory: a restarted node serves them again from the next
+//! snapshot height on. A restore keeps verified chunks in memory and, at the last bundle,
+//! writes the tree as a new store (synced) and switches to it ([`crate::home`]); `Info`
+//! then reports the snapshot's height and app hash.
+
+use bavl_core::Snapshot;
+use tendermint_proto::v0_38::abci as pb;
+
+use crate::app::{App, Node};
+use crate::byzantine::{self, Lie};
+use crate::restore::{Applied, OfferError, Restoring};
+use crate::snapshot::{encode_bundle, plan, Metadata, FORMAT, MAX_BUNDLE_BYTES};
+
+/// A snapshot this node serves.
+#[derive(Clone)]
+pub(crate) struct Held {
+    pub(crate) height: u64,
+    pub(crate) meta: Metadata,
+    pub(crate) snap: Snapshot,
+}
+
+impl Held {
+    fn describe(&self) -> pb::Snapshot {
+        pb::Snapshot {
+            height: self.height,
+            format: FORMAT,
+            chunks: self.meta.bundles() as u32,
+            hash: self.meta.hash(self.height).to_vec().into(),
+            metadata: self.meta.encode().into(),
+        }
+    }
+}
+
+pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
+    let snap = match app.cfg().byzantine {
+        Some(Lie::Forged) => {
+            let mut tree = node.store.latest().to_tree();
+            let _ = tree.insert(byzantine::FORGED_KEY, b"forged");
+            tree.snapshot()
+        }
+        _ => node.store.latest(),
+    };
+    let Some(meta) = plan(&snap, app.cfg().bundle_bytes) else {
+        tracing::info!(height, "no snapshot of an empty state");
+        return;
+    };
+    tracing::info!(
+        height,
+        bundles = meta.bundles(),
+        chunks = meta.chunk_count,
+        per_bundle = meta.per_bundle,
+        "snapshot taken"
+    );
+    node.snapshots.push(Held { height, meta, snap });
+    let keep = app.cfg().snapshot_keep.max(1);
+    if node.snapshots.len() > keep {
+        let drop = node.snapshots.len() - keep;
+        node.snapshots.drain(..drop);
+    }
+}
+
+pub(crate) fn list_snapshots(app: &App) -> pb::ResponseListSnapshots {
+    let node = app.node();
+    pb::ResponseListSnapshots { snapshots: node.snapshots.iter().map(Held::describe).collect() }
+}
+
+pub(crate) fn load_snapshot_chunk(
+    app: &App,
+    req: pb::RequestLoadSnapshotChunk,
+) -> pb::ResponseLoadSnapshotChunk {
+    let (held, other) = {
+        let node = app.node();
+        let held = node.snapshots.iter().find(|s| s.height == req.height).cloned();
+        let other = node.snapshots.iter().find(|s| s.height != req.height).cloned();
+        (held, other)
+    };
+    let Some(held) = held.filter(|_| req.format == FORMAT) else {
+        return pb::ResponseLoadSnapshotChunk::default();
+    };
+    let i = u64::from(req.chunk);
+    let Some(mut bytes) = encode_bundle(&held.snap, &held.meta, i) else {
+        return pb::ResponseLoadSnapshotChunk::default();
+    };
+    if bytes.len() > MAX_BUNDLE_BYTES {
+        tracing::error!(height = req.height, chunk = i, bytes = bytes.len(), "bundle over 16 MiB");
+        return pb::ResponseLoadSnapshotChunk::default();
+    }
+    if let Some(lie) = app.cfg().byzantine {
+        let other_bundle = match other {
+            Some(o) => encode_bundle(&o.snap, &o.meta, i),
+            None => encode_bundle(&held.snap, &held.meta, (i + 1) % held.meta.bundles()),
+        };
+        bytes = byzantine::corrupt(lie, bytes, other_bundle);
+        tracing::warn!(height = req.height, chunk = i, %lie, "serving a lying chunk");
+    }
+    pb::ResponseLoadSnapshotChunk { chunk: bytes.into() }
+}
+
+pub(crate) fn offer_snapshot(
+    app: &App,
+    req: pb::RequestOfferSnapshot,
+) -> pb::ResponseOfferSnapshot {
+    use pb::response_offer_snapshot::Result as R;
+    let Some(s) = req.snapshot else {
+        return pb::ResponseOfferSnapshot { result: R::Reject as i32 };
+    };
+    let offered =
+        Restoring::offer(s.height, s.format, s.chunks, &s.hash, &s.metadata, &req.app_hash);
+    let mut node = app.node();
+    let result = match offered {
+        Ok(r) => {
+            tracing::info!(height = s.height, bundles = s.chunks, "snapshot accepted, restoring");
+            node.restoring = Some(r);
+            R::Accept
+        }
+        Err(e) => {
+            tracing::warn!(height = s.height, "snapshot rejected: {e}");
+            match e {
+                OfferError::Format(_) => R::RejectFormat,
+                _ => R::Reject,
+            }
+        }
+    };
+    pb::ResponseOfferSnapshot { result: result as i32 }
+}
+
+pub(crate) fn apply_snapshot_chunk(
+    app: &App,
+    req: pb::RequestApplySnapshotChunk,
+) -> pb::ResponseApplySnapshotChunk {
+    use pb::response_apply_snapshot_chunk::Result as R;
+    let answer =
+        |result: R| pb::ResponseApplySnapshotChunk { result: result as i32, ..Default::default() };
+    let mut node = app.node();
+    let Some(restoring) = node.restoring.as_mut() else {
+        tracing::warn!(chunk = req.index, "ApplySnapshotChunk with no snapshot accepted");
+        return answer(R::Abort);
+    };
+    let height = restoring.height;
+    match restoring.apply(req.index, &req.chunk) {
+        Applied::Accepted { bundles_left } => {
+            tracing::info!(height, chunk = req.index, bytes = req.chunk.len(), bundles_left, sender = %req.sender, "bundle verified and kept");
+            answer(R::Accept)
+        }
+        Applied::Duplicate => answer(R::Accept),
+        Applied::Retry { reason } => {
+            tracing::warn!(height, chunk = req.index, sender = %req.sender, "bundle rejected, refetching it from another peer: {reason}");
+            pb::ResponseApplySnapshotChunk {
+                result: R::Retry as i32,
+                refetch_chunks: vec![req.index],
+                reject_senders: if req.sender.is_empty() { vec![] } else { vec![req.sender] },
+            }
+        }
+        Applied::RejectSnapshot { reason } => {
+            tracing::warn!(height, "snapshot rejected: {reason}");
+            node.restoring = None;
+            answer(R::RejectSnapshot)
+        }
+        Applied::Complete(mut tree) => {
+            let Some(restoring) = node.restoring.take() else { return answer(R::Abort) };
+            install(app, &mut node, &mut tree, &restoring);
+            answer(R::Accept)
+        }
+    }
+}
+
+fn install(app: &App, node: &mut Node, tree: &mut bavl_core::Tree, r: &Restoring) {
+    let opts = app.cfg().store.clone();
+    let what = format!("writing the restored state at height {}", r.height);
+    node.reopen_store(&what, |home| home.install(tree, r.height, &opts));
+    node.pending = None;
+    tracing::info!(
+        height = r.height,
+        app_hash = %hex::encode(node.store.root()),
+        bytes = r.bytes,
+        "snapshot restored and written durably"
+    );
+}
