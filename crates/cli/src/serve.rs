@@ -30,7 +30,9 @@ pub struct ServeArgs {
     /// Test facility: lie in one fixed way (docs/sync-protocol.md §9), otherwise serve
     /// honestly. KIND: wrong-bytes, wrong-index, other-version, truncate, overlong,
     /// endless, stall, trickle, http-error, garbage, redirect-loop, lying-manifest,
-    /// wrong-version.
+    /// wrong-version; or attack the client's progress (docs/sync-adversarial.md):
+    /// drip-head, drip-body, endless-trailers, no-chunk-zero, huge-manifest, slow,
+    /// early-hints, gzip-manifest, reset-truncate.
     #[arg(long, value_name = "KIND", hide = true)]
     byzantine: Option<Byzantine>,
     /// Exit when standard input reaches its end (a parent that spawned this server with a

@@ -123,6 +123,9 @@ fn expected(kind: Byzantine) -> Expect {
         RedirectLoop => &["too many redirects"],
         LyingManifest => &["manifest rejected: contradicted"],
         WrongVersion => &["manifest rejected: asked for version"],
+        // Attacks on progress rather than lies of §9: crates/sync/tests/hostile.rs.
+        DripHead | DripBody | EndlessTrailers | NoChunkZero | HugeManifest | Slow | EarlyHints
+        | GzipManifest | ResetTruncate => unreachable!("{kind} is not a kind of §9"),
     })
 }
 
@@ -196,7 +199,7 @@ fn every_kind_of_liar_at_once_beside_one_honest_source() {
     let setup = setup("all");
     let mut procs = Vec::new();
     let mut urls = Vec::new();
-    for kind in Byzantine::ALL {
+    for kind in Byzantine::CLASSIC {
         let (p, url) = serve("--dir", &setup.export, Some(kind));
         procs.push(p);
         urls.push(url);
@@ -207,7 +210,7 @@ fn every_kind_of_liar_at_once_beside_one_honest_source() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(s["ok"], true, "{s}");
     let sources = s["sources"].as_array().unwrap();
-    for (kind, src) in Byzantine::ALL.into_iter().zip(sources) {
+    for (kind, src) in Byzantine::CLASSIC.into_iter().zip(sources) {
         if kind == Byzantine::HttpError {
             // Retried with backoff: dropped if the sync lasted long enough, never banned.
             assert_ne!(src["health"], "banned", "{src}");

@@ -134,6 +134,8 @@ pub(super) struct Response {
     pub cache: Option<&'static str>,
     /// A `Location` header (redirects).
     pub location: Option<String>,
+    /// A `Content-Encoding` header (only a Byzantine `gzip-manifest` server sends one).
+    pub encoding: Option<&'static str>,
     pub body: Arc<Vec<u8>>,
 }
 
@@ -145,13 +147,13 @@ impl Response {
         body: Vec<u8>,
     ) -> Self {
         let body = Arc::new(body);
-        Response { status, content_type, cache: Some(cache), location: None, body }
+        Response { status, content_type, cache: Some(cache), location: None, encoding: None, body }
     }
 
     pub fn error(status: u16, text: &str) -> Self {
         let body = Arc::new(format!("{text}\n").into_bytes());
         let content_type = "text/plain; charset=utf-8";
-        Response { status, content_type, cache: None, location: None, body }
+        Response { status, content_type, cache: None, location: None, encoding: None, body }
     }
 
     pub fn chunk(body: Vec<u8>) -> Self {
@@ -196,6 +198,7 @@ pub(super) fn route(objects: &dyn Objects, target: Option<Target>) -> Response {
                 content_type: "application/json",
                 cache: Some(CACHE_MANIFEST),
                 location: None,
+                encoding: None,
                 body,
             })
         }),
@@ -336,6 +339,12 @@ fn serve_connection(
     let mut buf = Vec::with_capacity(1024);
     let mut tmp = [0u8; 4096];
     loop {
+        // A liar that acts on a request left unread (`reset-truncate`) looks at it first.
+        if let (Some(l), true) = (liar, buf.is_empty()) {
+            if let Some(raw) = l.preempt(&s, objects)? {
+                return raw.play(&mut s);
+            }
+        }
         let end = loop {
             if let Some(end) = wire::head_end(&buf) {
                 break end;
@@ -384,7 +393,10 @@ fn serve_connection(
             "GET" | "HEAD" => (Response::error(505, "HTTP version not supported"), true),
             _ => (Response::error(405, "only GET and HEAD"), true),
         };
-        write_response(&mut s, &response, send_body, keep, None)?;
+        match liar {
+            Some(l) => l.deliver(&mut s, &response, send_body, keep)?,
+            None => write_response(&mut s, &response, send_body, keep, None)?,
+        }
         if !keep {
             return Ok(());
         }
@@ -398,6 +410,15 @@ pub(super) fn write_response(
     keep: bool,
     retry_after: Option<u32>,
 ) -> io::Result<()> {
+    s.write_all(render_head(r, keep, retry_after).as_bytes())?;
+    if send_body {
+        s.write_all(&r.body)?;
+    }
+    s.flush()
+}
+
+/// The status line and headers of `r`, with the blank line that ends them.
+pub(super) fn render_head(r: &Response, keep: bool, retry_after: Option<u32>) -> String {
     let reason = match r.status {
         200 => "OK",
         302 => "Found",
@@ -421,6 +442,9 @@ pub(super) fn write_response(
     if let Some(loc) = &r.location {
         head.push_str(&format!("Location: {loc}\r\n"));
     }
+    if let Some(enc) = r.encoding {
+        head.push_str(&format!("Content-Encoding: {enc}\r\n"));
+    }
     if let Some(secs) = retry_after {
         head.push_str(&format!("Retry-After: {secs}\r\n"));
     }
@@ -432,11 +456,7 @@ pub(super) fn write_response(
     } else {
         "Connection: close\r\n\r\n"
     });
-    s.write_all(head.as_bytes())?;
-    if send_body {
-        s.write_all(&r.body)?;
-    }
-    s.flush()
+    head
 }
 
 #[cfg(test)]

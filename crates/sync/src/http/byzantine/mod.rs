@@ -6,20 +6,27 @@
 //! (`wrong-bytes` … `redirect-loop`) on every chunk request, with honest listings and
 //! manifests (so the client does ask this source for chunks); the manifest lies
 //! (`lying-manifest`, `wrong-version`) on the listing and manifests, with honest chunks.
-//! Everything else is answered as an honest server would, and a path the server does not
-//! hold is still `404`.
+//! The adversarial kinds of `docs/sync-adversarial.md` (`drip-head` … `reset-truncate`)
+//! attack the client's progress rather than its verification: they delay, hold or cut
+//! answers, or answer in legal but unusual ways (`early-hints`, `gzip-manifest`, `slow`
+//! are honest). Everything else is answered as an honest server would, and a path the
+//! server does not hold is still `404`.
+//!
+//! [`lies`] decides what a request gets; [`raw`] plays the lies that are not one
+//! well-formed response on the socket, and the ones that change how every response is
+//! written (`drip-head`, `early-hints`) or that must act before the request is read
+//! (`reset-truncate`).
+
+mod lies;
+mod raw;
+#[cfg(test)]
+mod socket_tests;
 
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
 use std::str::FromStr;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bavl_core::{Digest, Snapshot, Tree};
-
-use super::server::{Objects, Response, Target};
-use crate::protocol::{Listing, Manifest};
+pub(super) use lies::{Answer, Liar};
 
 /// How a Byzantine server lies. Names (`Display`, `FromStr`) are the kebab-case ones of
 /// `bavl serve --byzantine`.
@@ -54,18 +61,53 @@ pub enum Byzantine {
     LyingManifest,
     /// The manifest of another version than the one asked (or the asked one relabelled).
     WrongVersion,
+    /// Every response (listing, manifest, chunk) honest, its head sent one byte every
+    /// [`TRICKLE_INTERVAL`], then its body at once.
+    DripHead,
+    /// Chunk responses: the head at once, then the body one byte every
+    /// [`TRICKLE_INTERVAL`] (the same bytes on the wire as `trickle`, under the name of
+    /// the adversarial case).
+    DripBody,
+    /// Chunk responses in chunked encoding: the right chunk, the last (zero-size) chunk,
+    /// then trailer lines without end, [`TRAILER_WRITE`] bytes per write.
+    EndlessTrailers,
+    /// The true manifest, fast; chunk 0 never answered (held like `stall`); every other
+    /// chunk `404`.
+    NoChunkZero,
+    /// A manifest that decodes (format 1, the version and root asked) but claims a false
+    /// tree as large as the default 8 MiB manifest limit allows (about 2.8M chunk sizes);
+    /// every chunk `404`.
+    HugeManifest,
+    /// Honest but slow: the right chunks at [`SLOW_RATE`] bytes per second (above the
+    /// client's default minimum of 16 KiB/s).
+    Slow,
+    /// Honest: a `103 Early Hints` interim response before every real one.
+    EarlyHints,
+    /// Honest: manifests sent with `Content-Encoding: gzip` (a real gzip of the true
+    /// manifest), whatever the request's `Accept-Encoding`.
+    GzipManifest,
+    /// Every other chunk response: the head with the right `Content-Length`, half the
+    /// body, then a TCP reset.
+    ResetTruncate,
 }
 
 /// Bytes an `overlong` chunk carries beyond the true chunk.
 pub const OVERLONG_EXTRA: usize = 64;
-/// Time between two bytes of a `trickle` body.
+/// Time between two bytes of a `trickle` or `drip-body` body, or of a `drip-head` head.
 pub const TRICKLE_INTERVAL: Duration = Duration::from_millis(100);
 /// How long a `stall` connection is held at most.
 pub const STALL_MAX: Duration = Duration::from_secs(3600);
+/// Bytes a `slow` server sends per second: 20 KiB/s, above the client's 16 KiB/s minimum.
+pub const SLOW_RATE: usize = 20 << 10;
+/// Bytes per write of the endless trailer section of `endless-trailers`.
+pub const TRAILER_WRITE: usize = 3;
+/// The interim response an `early-hints` server sends before each real one.
+pub const EARLY_HINTS: &[u8] = b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n";
 
 impl Byzantine {
-    /// Every kind, in the order of `docs/sync-protocol.md`.
-    pub const ALL: [Byzantine; 13] = [
+    /// Every kind: the lies of `docs/sync-protocol.md` §9 ([`Byzantine::CLASSIC`]), then
+    /// the adversarial kinds of `docs/sync-adversarial.md` ([`Byzantine::ADVERSARIAL`]).
+    pub const ALL: [Byzantine; 22] = [
         Byzantine::WrongBytes,
         Byzantine::WrongIndex,
         Byzantine::OtherVersion,
@@ -79,7 +121,40 @@ impl Byzantine {
         Byzantine::RedirectLoop,
         Byzantine::LyingManifest,
         Byzantine::WrongVersion,
+        Byzantine::DripHead,
+        Byzantine::DripBody,
+        Byzantine::EndlessTrailers,
+        Byzantine::NoChunkZero,
+        Byzantine::HugeManifest,
+        Byzantine::Slow,
+        Byzantine::EarlyHints,
+        Byzantine::GzipManifest,
+        Byzantine::ResetTruncate,
     ];
+
+    /// The lies of `docs/sync-protocol.md` §9: each is banned (or, `http-error`, dropped)
+    /// at its first answer by the policy of §5.
+    pub const CLASSIC: [Byzantine; 13] = {
+        let mut k = [Byzantine::WrongBytes; 13];
+        let mut i = 0;
+        while i < 13 {
+            k[i] = Byzantine::ALL[i];
+            i += 1;
+        }
+        k
+    };
+
+    /// The kinds of `docs/sync-adversarial.md`: attacks on progress, and honest servers
+    /// answering in legal but unusual ways.
+    pub const ADVERSARIAL: [Byzantine; 9] = {
+        let mut k = [Byzantine::WrongBytes; 9];
+        let mut i = 0;
+        while i < 9 {
+            k[i] = Byzantine::ALL[13 + i];
+            i += 1;
+        }
+        k
+    };
 
     /// The kind's name, as `bavl serve --byzantine` takes it.
     pub fn name(self) -> &'static str {
@@ -97,12 +172,27 @@ impl Byzantine {
             Byzantine::RedirectLoop => "redirect-loop",
             Byzantine::LyingManifest => "lying-manifest",
             Byzantine::WrongVersion => "wrong-version",
+            Byzantine::DripHead => "drip-head",
+            Byzantine::DripBody => "drip-body",
+            Byzantine::EndlessTrailers => "endless-trailers",
+            Byzantine::NoChunkZero => "no-chunk-zero",
+            Byzantine::HugeManifest => "huge-manifest",
+            Byzantine::Slow => "slow",
+            Byzantine::EarlyHints => "early-hints",
+            Byzantine::GzipManifest => "gzip-manifest",
+            Byzantine::ResetTruncate => "reset-truncate",
         }
     }
 
     /// Whether the lie is told on manifests (and the listing) rather than on chunks.
     pub fn lies_on_manifests(self) -> bool {
-        matches!(self, Byzantine::LyingManifest | Byzantine::WrongVersion)
+        matches!(self, Byzantine::LyingManifest | Byzantine::WrongVersion | Byzantine::HugeManifest)
+    }
+
+    /// Whether the server is in fact honest: every answer it gives is true and legal HTTP
+    /// (`slow` at 20 KiB/s, `early-hints`, `gzip-manifest`). A client must not ban it.
+    pub fn is_honest(self) -> bool {
+        matches!(self, Byzantine::Slow | Byzantine::EarlyHints | Byzantine::GzipManifest)
     }
 }
 
@@ -125,250 +215,6 @@ impl FromStr for Byzantine {
     }
 }
 
-/// What the liar makes of a request.
-pub(super) enum Answer {
-    /// Answer it honestly.
-    Honest,
-    /// Send this response (a lie).
-    Respond(Response),
-    /// Do this on the socket, then close it.
-    Raw(Raw),
-}
-
-/// Lies that are not a well-formed response.
-pub(super) enum Raw {
-    Stall,
-    Trickle(Vec<u8>),
-    Endless,
-    Garbage(u64),
-}
-
-/// A server's liar: its kind and, for `other-version` on a server holding one tree, the
-/// other tree it serves chunks of (built once, on first use).
-pub(super) struct Liar {
-    kind: Byzantine,
-    fallback: OnceLock<Option<Snapshot>>,
-}
-
-impl Liar {
-    pub fn new(kind: Byzantine) -> Liar {
-        Liar { kind, fallback: OnceLock::new() }
-    }
-
-    /// The answer to a `GET` of `path` (parsed as `target`).
-    pub fn answer(&self, objects: &dyn Objects, target: Option<Target>, path: &str) -> Answer {
-        let lie = match (self.kind.lies_on_manifests(), target) {
-            (false, Some(Target::Chunk(root, index))) => {
-                self.chunk_lie(objects, &root, index, path)
-            }
-            (true, Some(Target::Manifest(v))) => self.manifest_lie(objects, v),
-            (true, Some(Target::Listing)) if self.kind == Byzantine::LyingManifest => {
-                lying_listing(objects)
-            }
-            _ => None,
-        };
-        lie.unwrap_or(Answer::Honest)
-    }
-
-    /// `None` (answer honestly) when the chunk is not held or cannot be read.
-    fn chunk_lie(
-        &self,
-        objects: &dyn Objects,
-        root: &Digest,
-        i: u64,
-        path: &str,
-    ) -> Option<Answer> {
-        let chunk = objects.chunk(root, i).ok()??;
-        let respond = |body| Some(Answer::Respond(Response::chunk(body)));
-        match self.kind {
-            Byzantine::WrongBytes => respond(flip_byte(chunk, i)),
-            Byzantine::WrongIndex => {
-                let next = objects.chunk(root, i + 1).ok().flatten();
-                let wrapped = || objects.chunk(root, 0).ok().flatten().filter(|_| i != 0);
-                // A tree of one chunk has no other index: its chunk with a byte flipped.
-                respond(next.or_else(wrapped).unwrap_or_else(|| flip_byte(chunk, i)))
-            }
-            Byzantine::OtherVersion => respond(self.other_chunk(objects, root, i, &chunk)),
-            Byzantine::Truncate => {
-                let mut c = chunk;
-                c.truncate(c.len() * 2 / 3);
-                respond(c)
-            }
-            Byzantine::Overlong => {
-                let mut c = chunk;
-                c.extend_from_slice(&[0xA5; OVERLONG_EXTRA]);
-                respond(c)
-            }
-            Byzantine::Endless => Some(Answer::Raw(Raw::Endless)),
-            Byzantine::Stall => Some(Answer::Raw(Raw::Stall)),
-            Byzantine::Trickle => Some(Answer::Raw(Raw::Trickle(chunk))),
-            Byzantine::HttpError => {
-                Some(Answer::Respond(Response::error(500, "internal server error")))
-            }
-            Byzantine::Garbage => Some(Answer::Raw(Raw::Garbage(i))),
-            Byzantine::RedirectLoop => {
-                let mut r = Response::error(302, "found");
-                r.location = Some(path.to_string());
-                Some(Answer::Respond(r))
-            }
-            Byzantine::LyingManifest | Byzantine::WrongVersion => None,
-        }
-    }
-
-    /// Chunk `i` (modulo its count) of another tree: another root the server holds, else
-    /// the liar's own small tree of the same capacity.
-    fn other_chunk(&self, objects: &dyn Objects, root: &Digest, i: u64, chunk: &[u8]) -> Vec<u8> {
-        let listing = objects.listing().ok().and_then(|b| Listing::decode(&b).ok());
-        let own = hex::encode(root);
-        let held = listing.map_or_else(Vec::new, |l| l.snapshots);
-        for s in held.iter().filter(|s| s.root != own && s.chunk_count > 0) {
-            let Ok(other) = crate::protocol::parse_root(&s.root) else { continue };
-            if let Ok(Some(c)) = objects.chunk(&other, i % s.chunk_count) {
-                return c;
-            }
-        }
-        let fallback = self.fallback.get_or_init(|| {
-            let capacity = bavl_core::verify_chunk::<bavl_core::Sha256>(root, i, chunk).ok()?;
-            other_tree(capacity.capacity)
-        });
-        match fallback {
-            Some(t) => t.export_chunk(i % t.chunk_count().max(1)).unwrap_or_default(),
-            None => flip_byte(chunk.to_vec(), i),
-        }
-    }
-
-    fn manifest_lie(&self, objects: &dyn Objects, version: u64) -> Option<Answer> {
-        let json = |m: &Manifest| {
-            let body = m.to_json();
-            Some(Answer::Respond(Response::new(200, "application/json", "max-age=60", body)))
-        };
-        let decode = |v| {
-            let body = objects.manifest(v).ok()??;
-            serde_json::from_slice::<Manifest>(&body).ok()
-        };
-        match self.kind {
-            Byzantine::LyingManifest => {
-                let mut m = decode(version)?;
-                let last = m.chunk_sizes.last().copied().unwrap_or(crate::protocol::MIN_CHUNK_LEN);
-                m.chunk_count += 1;
-                m.key_count += 1;
-                m.chunk_sizes.push(last);
-                json(&m)
-            }
-            Byzantine::WrongVersion => {
-                let listing = Listing::decode(&objects.listing().ok()?).ok()?;
-                let other = listing.snapshots.iter().map(|s| s.version).find(|&v| v != version);
-                match other.and_then(decode) {
-                    Some(m) => json(&m),
-                    None => {
-                        let mut m = decode(version)?;
-                        m.version = m.version.wrapping_add(1);
-                        json(&m)
-                    }
-                }
-            }
-            _ => None,
-        }
-    }
-}
-
-/// A listing whose roots are reversed (another, unheld root) and counts one too many.
-fn lying_listing(objects: &dyn Objects) -> Option<Answer> {
-    let mut l = Listing::decode(&objects.listing().ok()?).ok()?;
-    for s in &mut l.snapshots {
-        s.root = s.root.chars().rev().collect();
-        s.chunk_count += 1;
-    }
-    let body = serde_json::to_vec(&l).ok()?;
-    Some(Answer::Respond(Response::new(200, "application/json", "no-cache", body)))
-}
-
-/// A small tree of its own at `capacity`: 8 chunks' worth of keys no real state has.
-fn other_tree(capacity: u32) -> Option<Snapshot> {
-    let mut t = Tree::with_capacity(capacity).ok()?;
-    for j in 0..u64::from(capacity) * 8 {
-        t.insert(format!("other tree {j:08}").as_bytes(), b"not the state you want").ok()?;
-    }
-    Some(t.snapshot())
-}
-
-fn flip_byte(mut chunk: Vec<u8>, index: u64) -> Vec<u8> {
-    if !chunk.is_empty() {
-        let at = ((index + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % chunk.len();
-        chunk[at] ^= 0x20;
-    }
-    chunk
-}
-
-impl Raw {
-    /// Plays the lie on `s`; the connection is closed afterwards.
-    pub fn play(self, s: &mut TcpStream) -> io::Result<()> {
-        match self {
-            Raw::Stall => {
-                // Never answers: holds the connection until the client hangs up.
-                s.set_read_timeout(Some(Duration::from_secs(1)))?;
-                let start = Instant::now();
-                let mut buf = [0u8; 4096];
-                while start.elapsed() < STALL_MAX {
-                    match s.read(&mut buf) {
-                        Ok(0) => return Ok(()),
-                        Ok(_) => {}
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                io::ErrorKind::WouldBlock
-                                    | io::ErrorKind::TimedOut
-                                    | io::ErrorKind::Interrupted
-                            ) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(())
-            }
-            Raw::Trickle(body) => {
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
-                     Content-Length: {}\r\n\r\n",
-                    body.len()
-                );
-                s.write_all(head.as_bytes())?;
-                for b in body {
-                    std::thread::sleep(TRICKLE_INTERVAL);
-                    s.write_all(&[b])?;
-                }
-                s.flush()
-            }
-            Raw::Endless => {
-                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\
-                            Transfer-Encoding: chunked\r\n\r\n";
-                s.write_all(head.as_bytes())?;
-                let mut frame = b"4000\r\n".to_vec();
-                frame.extend_from_slice(&[0x5A; 0x4000]);
-                frame.extend_from_slice(b"\r\n");
-                // Until the client hangs up (the write fails).
-                loop {
-                    s.write_all(&frame)?;
-                }
-            }
-            Raw::Garbage(seed) => {
-                let mut x = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
-                let mut bytes: Vec<u8> = (0..1024)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
-                bytes[0] = 0; // never "HTTP/"
-                bytes.extend_from_slice(b"\r\n\r\n");
-                s.write_all(&bytes)?;
-                s.flush()
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,12 +227,17 @@ mod tests {
         }
         let e = "honest".parse::<Byzantine>().unwrap_err();
         assert!(e.to_string().contains("wrong-bytes"), "{e}");
+        assert!(e.to_string().contains("reset-truncate"), "{e}");
     }
 
     #[test]
-    fn flipped_bytes_differ() {
-        let c = vec![1u8; 100];
-        assert_ne!(flip_byte(c.clone(), 3), c);
-        assert!(flip_byte(Vec::new(), 3).is_empty());
+    fn classic_and_adversarial_partition_all() {
+        let mut both: Vec<Byzantine> = Byzantine::CLASSIC.to_vec();
+        both.extend(Byzantine::ADVERSARIAL);
+        assert_eq!(both, Byzantine::ALL.to_vec());
+        assert_eq!(Byzantine::CLASSIC[12], Byzantine::WrongVersion);
+        assert_eq!(Byzantine::ADVERSARIAL[0], Byzantine::DripHead);
+        let honest: Vec<_> = Byzantine::ALL.into_iter().filter(|k| k.is_honest()).collect();
+        assert_eq!(honest, [Byzantine::Slow, Byzantine::EarlyHints, Byzantine::GzipManifest]);
     }
 }
