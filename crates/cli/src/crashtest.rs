@@ -582,7 +582,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 
 /// Runs `check` on the store; reports each problem through `fail`; returns the notes.
 fn check_store(dir: &Path, when: &str, fail: &mut dyn FnMut(String)) -> usize {
-    let backend = match DirBackend::open(dir) {
+    let backend = match DirBackend::open_read_only(dir) {
         Ok(b) => b,
         Err(e) => {
             fail(format!("check {when}: cannot lock the store: {e}"));

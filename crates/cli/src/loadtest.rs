@@ -81,6 +81,15 @@ pub struct LoadtestArgs {
     /// so the commits' fsyncs never wait behind a burst).
     #[arg(long, conflicts_with = "manual_checkpoints")]
     pub unpaced_checkpoints: bool,
+    /// How often a commit also records its version in HEAD, in milliseconds (0: every
+    /// commit). A log later found to end before HEAD's version is reported as damaged, so
+    /// a cut log can lose unnoticed only the commits of the last interval. [default: 1000]
+    #[arg(long, value_name = "MS", conflicts_with = "no_head_updates")]
+    pub head_interval_ms: Option<u64>,
+    /// Record the version in HEAD only at checkpoints and at the end (to measure what the
+    /// updates cost).
+    #[arg(long)]
+    pub no_head_updates: bool,
     /// Also write the report, with one row per block, as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -217,11 +226,17 @@ pub fn options(args: &LoadtestArgs) -> Result<Options> {
     };
     let checkpoint_pace =
         if args.unpaced_checkpoints { CheckpointPace::Unpaced } else { CheckpointPace::default() };
+    let head_interval = match (args.no_head_updates, args.head_interval_ms) {
+        (true, _) => None,
+        (false, Some(ms)) => Some(std::time::Duration::from_millis(ms)),
+        (false, None) => Options::default().head_interval,
+    };
     Ok(Options {
         capacity: args.capacity,
         keep_recent: args.keep,
         checkpoint,
         checkpoint_pace,
+        head_interval,
         ..Options::default()
     })
 }

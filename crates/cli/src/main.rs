@@ -34,7 +34,9 @@ use clap::{Parser, Subcommand};
 /// untrusted peers and verify every chunk on arrival against the root hash alone.
 #[derive(Parser)]
 #[command(name = "bavl", version, propagate_version = true)]
-#[command(after_help = "Start with `bavl demo`. Formats and invariants: docs/design.md.")]
+#[command(after_help = "Start with `bavl demo`. Formats and invariants: docs/design.md.\n\
+    Every command exits with status 141 (128 + SIGPIPE), printing nothing more, when the \
+    reader of its output goes away (`bavl stats --db D | head -1`).")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -146,9 +148,38 @@ struct VectorsArgs {
     check: bool,
 }
 
+/// The exit status of a command whose output's reader went away (`bavl stats | head -1`):
+/// 128 + SIGPIPE (13), what a shell reports for a tool a closed pipe stopped.
+const CLOSED_PIPE_EXIT: i32 = 141;
+
+/// Makes every command exit quietly with [`CLOSED_PIPE_EXIT`] when the reader of its
+/// stdout or stderr goes away. Rust ignores SIGPIPE, so a write to a closed pipe fails
+/// with `EPIPE`, and `print!`/`println!`/`eprintln!` turn that into a panic ("failed
+/// printing to stdout: Broken pipe", exit 101); this hook turns exactly that panic, in any
+/// command and any thread, into a quiet exit. Sockets are untouched (a peer that hangs
+/// up is an ordinary error for `serve` and `sync`), unlike restoring SIGPIPE's default.
+fn exit_quietly_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        let printing = msg.starts_with("failed printing to stdout")
+            || msg.starts_with("failed printing to stderr");
+        if printing && (msg.contains("Broken pipe") || msg.contains("os error 32")) {
+            std::process::exit(CLOSED_PIPE_EXIT);
+        }
+        default(info)
+    }));
+}
+
 fn main() -> ExitCode {
     #[cfg(feature = "mimalloc")]
     bavl_alloc::keep_freed_memory();
+    exit_quietly_on_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(&args),

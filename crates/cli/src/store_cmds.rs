@@ -64,11 +64,17 @@ pub fn store_error(db: &Path, e: StoreError) -> anyhow::Error {
     anyhow::Error::from(e).context(hint)
 }
 
-/// Opens an existing store for reading, retaining the `keep` newest versions.
+/// Opens an existing store read-only (a shared lock; nothing on disk is changed, so a
+/// backup, a snapshot or a read-only mount can be read), retaining the `keep` newest
+/// versions.
 pub fn open_existing(db: &Path, keep: u64) -> Result<Store> {
     require_store(db)?;
-    let opts =
-        Options { keep_recent: keep, checkpoint: CheckpointPolicy::Manual, ..Options::default() };
+    let opts = Options {
+        keep_recent: keep,
+        checkpoint: CheckpointPolicy::Manual,
+        read_only: true,
+        ..Options::default()
+    };
     Store::open(db, opts).map_err(|e| store_error(db, e))
 }
 
@@ -104,12 +110,15 @@ pub const CHECK_HELP: &str = "Examples:
   bavl check --db /var/lib/bavl
   bavl check --db /var/lib/bavl --json | jq .problems
 
-Nothing is changed on disk: a record cut short by a crash and left-over temporary files are
-reported as notes (opening the store discards them). The store is locked while it is
-checked, so it cannot be checked while a process has it open.
+Nothing is changed on disk, and nothing is opened for writing: a backup, a snapshot or a
+read-only mount can be checked. A record cut short at the end of the log and left-over
+temporary files are reported as notes (opening the store for writing discards them). The
+store is checked under a shared lock: other checks, `stats`, `get` and `prove` may run at
+the same time, but not a writer.
 
 Exit status: 0 no problem found, 1 problems found (each names the file, the byte offset and
-what is wrong), 2 bad arguments, no store there, the store is in use, or it is unreadable.";
+what is wrong), 2 bad arguments, no store there, the store is in use by a writer, or it is
+unreadable, 141 the reader of the output went away (`| head`).";
 
 #[derive(Serialize)]
 struct ProblemJson {
@@ -121,8 +130,8 @@ struct ProblemJson {
 pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     let db = &args.db.db;
     require_store(db)?;
-    let backend =
-        DirBackend::open(db).with_context(|| format!("opening the store at {}", db.display()))?;
+    let backend = DirBackend::open_read_only(db)
+        .with_context(|| format!("opening the store at {}", db.display()))?;
     let r = bavl_store::check::check(&backend)
         .with_context(|| format!("checking the store at {}", db.display()))?;
     drop(backend);
@@ -208,12 +217,15 @@ pub const STATS_HELP: &str = "Examples:
   bavl stats --db /var/lib/bavl --json | jq .disk_bytes
 
 Opening the store is what a restarted node does: the newest checkpoint is read (every chunk
-verified against its root), the log after it replayed (every recorded root compared), a
-record cut short by a crash discarded and left-over temporary files deleted. The report
-shows what that took.
+verified against its root) and the log after it replayed (every recorded root compared).
+The report shows what that took. The store is opened read-only, under a shared lock:
+nothing on disk is changed (a record cut short by a crash is skipped, not discarded;
+left-over temporary files are counted, not deleted), so a backup, a snapshot or a read-only
+mount can be inspected, and other readers may run at the same time, but not a writer.
 
-Exit status: 0 success, 2 bad arguments, no store there, the store is in use or unreadable,
-3 the store is damaged and was not opened (run `bavl check` for every problem).";
+Exit status: 0 success, 2 bad arguments, no store there, the store is in use by a writer or
+unreadable, 3 the store is damaged and was not opened (run `bavl check` for every problem),
+141 the reader of the output went away (`| head`).";
 
 /// A file of the store and its size.
 #[derive(Serialize, Clone)]
@@ -400,10 +412,12 @@ pub const GET_HELP: &str = "Examples:
   bavl get --db /var/lib/bavl --key 6b3031 --version 41 --json
 
 Prints the value in hex, or `absent`. Versions older than the newest checkpoint are gone;
-of the later ones, the --keep newest are retained.
+of the later ones, the --keep newest are retained. The store is opened read-only (a shared
+lock; nothing on disk is changed), so a backup or a read-only mount can be read.
 
 Exit status: 0 the key is present, 1 it is absent, 2 bad arguments, no store there, the
-store is in use or unreadable, or the version is not retained, 3 the store is damaged.";
+store is in use by a writer or unreadable, or the version is not retained, 3 the store is
+damaged, 141 the reader of the output went away.";
 
 #[derive(clap::Args)]
 pub struct ProveArgs {
@@ -426,10 +440,12 @@ pub const PROVE_HELP: &str = "Examples:
 
 A membership proof if the key is present at that version (it proves the value), else an
 absence proof. Either verifies against the version's root alone: the output ends with the
-`bavl verify` command that checks it.
+`bavl verify` command that checks it. The store is opened read-only (a shared lock;
+nothing on disk is changed).
 
 Exit status: 0 a proof was produced, 2 bad arguments, no store there, the store is in use
-or unreadable, or the version is not retained, 3 the store is damaged.";
+by a writer or unreadable, or the version is not retained, 3 the store is damaged, 141 the
+reader of the output went away.";
 
 fn version_snapshot(db: &Path, store: &Store, version: Option<u64>) -> Result<Snapshot> {
     match version {

@@ -189,12 +189,12 @@ fn older_files(l: &crate::open::Listing, base: Option<u64>, report: &mut CheckRe
     for &c in l.checkpoints.iter().filter(|&&c| c < base) {
         if !l.segments.contains(&(c + 1)) {
             found.push(Problem {
-                file: checkpoint_name(c),
+                file: wal_name(c + 1),
                 offset: 0,
                 what: format!(
-                    "an older checkpoint without its log ({} is missing): the versions \
+                    "missing: the log after {} (which is still there), so the versions \
                      between it and {} cannot be rebuilt",
-                    wal_name(c + 1),
+                    checkpoint_name(c),
                     checkpoint_name(base)
                 ),
             });

@@ -188,8 +188,12 @@ pub(crate) fn recover(
     // were acknowledged. The log is what is damaged (its newest segment cut, or deleted).
     recovery.head_file = meta::read_head(backend, &l.names)?;
     if let Some(durable) = recovery.head_file.filter(|&d| d > head) {
-        let file = l.segments.last().map_or_else(|| wal_name(head + 1), |&f| wal_name(f));
-        let offset = l.segments.last().map_or(0, |&f| backend.file_len(&wal_name(f)).unwrap_or(0));
+        // A state ending at a checkpoint ends where a segment began: that one is gone.
+        let file = match l.segments.last() {
+            Some(&f) if !l.checkpoints.contains(&head) => wal_name(f),
+            _ => wal_name(head + 1),
+        };
+        let offset = backend.file_len(&file).unwrap_or(0);
         return Err(StoreError::corrupted(
             &file,
             offset,
@@ -374,22 +378,20 @@ fn rebuild(
                     if version <= head {
                         continue; // Already in the checkpoint.
                     }
-                    let (root, _) = wal::apply(&mut tree, &body, &name, offset)?;
+                    let first_after_checkpoint =
+                        version == base + 1 && recovery.checkpoint.is_some();
+                    let (root, _) = match wal::apply(&mut tree, &body, &name, offset) {
+                        // A delete of a key the checkpoint does not have: as a wrong root.
+                        Err(StoreError::Corrupted { what, .. })
+                            if first_after_checkpoint && what == wal::ABSENT_DELETE =>
+                        {
+                            return Err(two_histories(backend, l, base, &name, offset, &through));
+                        }
+                        r => r?,
+                    };
                     let actual = tree.root_hash();
-                    if actual != root && version == base + 1 && recovery.checkpoint.is_some() {
-                        // The record's checksums hold and the checkpoint verified against
-                        // its own root: they are of two histories. The log record was
-                        // written right after that version was committed; the checkpoint
-                        // is the file out of place.
-                        return Err(StoreError::corrupted(
-                            &checkpoint_name(base),
-                            0,
-                            format!(
-                                "its state does not lead to the log's version {version} \
-                                 ({name} at byte {offset}): a checkpoint of another store \
-                                 or history"
-                            ),
-                        ));
+                    if actual != root && first_after_checkpoint {
+                        return Err(two_histories(backend, l, base, &name, offset, &through));
                     }
                     if actual != root {
                         return Err(StoreError::corrupted(
@@ -480,6 +482,64 @@ fn gap(name: &str, first: u64, head: u64, base: u64, prev: Option<String>) -> St
                     first - 1
                 ),
             )
+        }
+    }
+}
+
+/// The error when the first record after checkpoint `base` (in segment `name`) does not
+/// lead from the checkpoint's state to its recorded root. Both files verify on their own
+/// (the checkpoint against its root, the record by its checksums): they are of two
+/// histories. When a later checkpoint is on disk (`through`), the log's record of that
+/// version says which one belongs: a log that agrees with it is genuine and the base
+/// checkpoint is another store's; otherwise the segment is. Without that witness the
+/// checkpoint is named (the log is the file appended to by this store's every commit).
+fn two_histories(
+    backend: &dyn Backend,
+    l: &Listing,
+    base: u64,
+    name: &str,
+    offset: u64,
+    through: &Option<(u64, Digest, String)>,
+) -> StoreError {
+    let log_agrees = match through {
+        Some((n, want, _)) => log_root_at(backend, l, *n).map(|r| r == *want),
+        None => None,
+    };
+    let ckpt = checkpoint_name(base);
+    if log_agrees == Some(false) {
+        return StoreError::corrupted(
+            name,
+            offset,
+            format!(
+                "does not continue {ckpt}, nor lead to the newer checkpoint's root: a log \
+                 segment of another store or history"
+            ),
+        );
+    }
+    StoreError::corrupted(
+        &ckpt,
+        0,
+        format!(
+            "its state does not lead to the log's version {} ({name} at byte {offset}): a \
+             checkpoint of another store or history",
+            base + 1
+        ),
+    )
+}
+
+/// The root the log records for `version`, if a readable record of it is found.
+fn log_root_at(backend: &dyn Backend, l: &Listing, version: u64) -> Option<Digest> {
+    let first = *l.segments.iter().rev().find(|&&f| f <= version)?;
+    let name = wal_name(first);
+    let len = backend.file_len(&name).ok()?;
+    let mut seg = SegmentReader::open(backend.open_read(&name).ok()?, &name, len).ok()??;
+    loop {
+        match seg.next_record().ok()? {
+            Next::Record { version: v, body, .. } if v == version => {
+                return body.get(..32)?.try_into().ok();
+            }
+            Next::Record { .. } => {}
+            _ => return None,
         }
     }
 }

@@ -18,6 +18,8 @@ const RECORD_TRAILER_LEN: usize = 4;
 const BODY_PREFIX_LEN: usize = 36;
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
+/// What a record deleting a key that is not there is reported as.
+pub const ABSENT_DELETE: &str = "delete of an absent key";
 /// Largest body a record may have (its length is a u32).
 pub const MAX_BODY_LEN: usize = u32::MAX as usize;
 
@@ -266,7 +268,7 @@ pub fn apply(
                 // The store logs a delete only of a key that was present (`Store::remove`);
                 // a delete of an absent key is not a record it writes.
                 if tree.remove(key).is_none() {
-                    return Err(bad("delete of an absent key"));
+                    return Err(bad(ABSENT_DELETE));
                 }
             }
             _ => return Err(bad("unknown operation")),
