@@ -39,8 +39,16 @@ pub enum BanReason {
 pub enum DropReason {
     #[error("it does not hold the version (HTTP {0})")]
     NotFound(u16),
-    #[error("{failures} consecutive transient failures, the last: {last}")]
+    #[error("too many transient failures ({failures} in a row at the end), the last: {last}")]
     Unreliable { failures: u32, last: crate::FailureKind },
+    /// It had been asked for chunk `index` and had not answered when a copy asked later
+    /// of a source that delivers had verified: it held work it did not do.
+    #[error("outrun: chunk {index} came from another source asked later, before it answered")]
+    Outrun { index: u64 },
+    /// When the sync completed, it had been asked `requests` times and had delivered no
+    /// chunk that verified.
+    #[error("unproductive: asked {requests} times, delivered no verified chunk")]
+    Unproductive { requests: u64 },
 }
 
 /// Why a sync cannot complete.

@@ -45,7 +45,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod books;
 mod error;
+mod events;
 #[cfg(feature = "http")]
 pub mod http;
 mod options;

@@ -17,6 +17,14 @@ pub struct Options {
     pub max_chunk_bytes: u64,
     /// Largest manifest body accepted.
     pub max_manifest_bytes: u64,
+    /// Byte limit of a manifest asked before the chunk count is known: a guess (a larger
+    /// manifest is no lie; it is asked again once the count bounds it exactly), so that a
+    /// crowd of sources cannot tie up the budget with manifest reservations. Capped at
+    /// `max_manifest_bytes` and at an unproven source's share of the budget.
+    pub manifest_guess: u64,
+    /// Requests in flight at once over all sources: the transport's threads and
+    /// connections. Unproven sources together hold at most half of them.
+    pub max_in_flight: u32,
     /// A request not answered by then is cancelled (a transient failure).
     pub request_timeout: Duration,
     /// After `grace`, bodies must arrive at `min_rate` bytes per second on average, or the
@@ -55,6 +63,8 @@ impl Default for Options {
             max_buffered_bytes: 128 << 20,
             max_chunk_bytes: 32 << 20,
             max_manifest_bytes: DEFAULT_MAX_MANIFEST_BYTES,
+            manifest_guess: 256 << 10,
+            max_in_flight: 128,
             request_timeout: Duration::from_secs(30),
             min_rate: 16 << 10,
             grace: Duration::from_secs(5),
@@ -80,6 +90,9 @@ impl Options {
         }
         if self.max_chunk_bytes < crate::protocol::MIN_CHUNK_LEN || self.max_manifest_bytes == 0 {
             return bad("max_chunk_bytes and max_manifest_bytes must admit a valid body");
+        }
+        if self.manifest_guess < 1024 || self.max_in_flight < 4 {
+            return bad("manifest_guess must be at least 1 KiB and max_in_flight at least 4");
         }
         if self.initial_window == 0 || self.max_window < self.initial_window {
             return bad("windows must satisfy 1 <= initial_window <= max_window");

@@ -90,6 +90,10 @@ pub enum FailureKind {
     Malformed,
     /// Connection refused or reset, DNS failure, TLS error: the network, not the source.
     Transport,
+    /// The connection ended (closed or reset) in the middle of a response, after its
+    /// head: transient, but it weighs twice in the source's failure debt (a source that
+    /// cuts every other answer is dropped).
+    Truncated,
 }
 
 impl fmt::Display for FailureKind {
@@ -102,6 +106,7 @@ impl fmt::Display for FailureKind {
             FailureKind::TooManyRedirects => write!(f, "too many redirects"),
             FailureKind::Malformed => write!(f, "malformed HTTP response"),
             FailureKind::Transport => write!(f, "transport error"),
+            FailureKind::Truncated => write!(f, "connection ended in the middle of the response"),
         }
     }
 }
@@ -121,7 +126,9 @@ impl FailureKind {
     /// The peer policy for this failure.
     pub fn verdict(self) -> Verdict {
         match self {
-            FailureKind::Timeout | FailureKind::Transport => Verdict::Transient,
+            FailureKind::Timeout | FailureKind::Transport | FailureKind::Truncated => {
+                Verdict::Transient
+            }
             FailureKind::Http(408 | 429) => Verdict::Transient,
             FailureKind::Http(s) if (500..600).contains(&s) => Verdict::Transient,
             FailureKind::Http(404 | 410) => Verdict::Unavailable,

@@ -23,14 +23,12 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use bavl_core::hash::{root_hash, EMPTY_TOP};
 use bavl_core::{Digest, Hasher, Restore, Sha256, Tree, VerifiedChunk};
 
-use crate::error::{BanReason, DropReason, ManifestError, OptionsError, SyncError};
+use crate::error::{BanReason, DropReason, OptionsError, SyncError};
 use crate::options::Options;
-use crate::protocol::Manifest;
-use crate::request::{FailureKind, Request, RequestId, SourceId, Verdict, Want};
-use crate::source::{Health, ManifestState, Source, SourceReport};
+use crate::request::{FailureKind, Request, RequestId, SourceId, Want};
+use crate::source::{Source, SourceReport};
 use crate::verify::{Verified, VerifyJob};
 
 /// Something that happened, for the syncer to learn.
@@ -109,6 +107,16 @@ pub(crate) struct Slot {
     pub big: bool,
 }
 
+/// A body awaiting verification: whose, which chunk, how long, when it was asked for and
+/// how long its answer took (counted for its source only if it verifies).
+pub(crate) struct Pending {
+    pub source: SourceId,
+    pub index: u64,
+    pub len: u64,
+    pub sent: Duration,
+    pub rtt: Duration,
+}
+
 pub(crate) struct Flight {
     pub source: SourceId,
     pub want: Want,
@@ -134,7 +142,7 @@ pub struct Syncer<H: Hasher = Sha256> {
     pub(crate) early_end: u64,
     pub(crate) sources: Vec<Source>,
     pub(crate) flights: BTreeMap<RequestId, Flight>,
-    pub(crate) verifying: HashMap<RequestId, (SourceId, u64, u64)>,
+    pub(crate) verifying: HashMap<RequestId, Pending>,
     pub(crate) next_id: u64,
     pub(crate) actions: VecDeque<Action>,
     /// `Done` or `Failed` was emitted.
@@ -237,9 +245,20 @@ impl<H: Hasher> Syncer<H> {
         if self.finished {
             return None;
         }
+        let now = self.now;
         let deadlines = self.flights.values().map(|f| f.deadline);
-        let retries = self.sources.iter().filter(|s| s.is_live() && s.retry_at > self.now);
-        deadlines.chain(retries.map(|s| s.retry_at)).min()
+        // A request at a proven source falls out of good hands when it becomes overdue
+        // (then it may be rescued).
+        let overdue = self.flights.values().filter_map(|f| {
+            let src = &self.sources[f.source.0 as usize];
+            src.proven().then(|| crate::schedule::overdue_at(f.sent, src.srtt()))
+        });
+        let retries = self
+            .sources
+            .iter()
+            .filter(|s| s.is_live())
+            .flat_map(|s| [s.retry_at, s.manifest_after]);
+        deadlines.chain(overdue).chain(retries).filter(|&t| t > now).min()
     }
 
     /// Progress and memory accounting.
@@ -258,6 +277,11 @@ impl<H: Hasher> Syncer<H> {
     /// Request limits in flight plus bodies awaiting verification, in bytes.
     pub fn buffered(&self) -> u64 {
         self.status.buffered
+    }
+
+    /// Requests in flight (at most `Options::max_in_flight`).
+    pub fn in_flight(&self) -> usize {
+        self.flights.len()
     }
 
     /// Indices of the verified chunks, ascending (what a resume file holds).
@@ -287,342 +311,5 @@ impl<H: Hasher> Syncer<H> {
             return Err(SyncError::NotDone);
         };
         Ok(self.restore.finish(truth.capacity)?)
-    }
-
-    fn on_response(&mut self, now: Duration, id: RequestId, body: Vec<u8>) {
-        let Some(f) = self.end_flight(id) else { return };
-        let len = body.len() as u64;
-        if len > f.reserved {
-            // The transport should have cut it: the same verdict.
-            if f.guess {
-                return self.outgrew_guess(f.want);
-            }
-            self.ban(f.source, BanReason::Failure(FailureKind::TooLong));
-            self.requeue_want(f.want);
-            return;
-        }
-        let tolerance = self.opts.latency_tolerance;
-        let src = &mut self.sources[f.source.0 as usize];
-        src.stats.bytes += len;
-        src.on_success(now.saturating_sub(f.sent), tolerance);
-        match f.want {
-            Want::Manifest => self.on_manifest(f.source, &body),
-            Want::Chunk(index) => {
-                let slot = &mut self.slots[index as usize];
-                if slot.done {
-                    self.sources[f.source.0 as usize].stats.duplicates += 1;
-                    return;
-                }
-                slot.verifying += 1;
-                self.status.buffered += len;
-                self.verifying.insert(id, (f.source, index, len));
-                let job = VerifyJob { id, source: f.source, index, root: self.root, body };
-                self.actions.push_back(Action::Verify(job));
-            }
-        }
-    }
-
-    fn on_manifest(&mut self, source: SourceId, body: &[u8]) {
-        let m = match Manifest::decode(body, self.version, &self.root) {
-            Ok(m) => m,
-            Err(e) => return self.ban(source, BanReason::InvalidManifest(e)),
-        };
-        if m.chunk_count == 0 && self.truth.is_none() {
-            // An empty tree has no chunk to prove it: the root does.
-            if root_hash::<H>(m.capacity, &EMPTY_TOP) != self.root {
-                let e = ManifestError::Contradicted("the root is not that of an empty tree");
-                return self.ban(source, BanReason::InvalidManifest(e));
-            }
-            self.truth = Some(Truth { count: 0, capacity: m.capacity, keys: 0 });
-            // Chunks may have been asked for before this manifest came: nothing will be
-            // kept of them (the slots stay, for late answers to land on; none can verify).
-            self.cancel_chunks(|_| true);
-            self.pending.clear();
-            self.slots.iter_mut().for_each(|s| s.queued = false);
-        }
-        let src = &mut self.sources[source.0 as usize];
-        // A source that said `404` for a chunk its own manifest lists does not hold it.
-        let denied = self.truth.is_none() && src.early_404.iter().any(|&i| i < m.chunk_count);
-        src.manifest = ManifestState::Have(m);
-        if denied {
-            return self.drop_source(source, DropReason::NotFound(404));
-        }
-        self.check_manifest(source);
-    }
-
-    fn on_failed(&mut self, now: Duration, id: RequestId, kind: FailureKind) {
-        let Some(f) = self.end_flight(id) else { return };
-        if f.guess && kind == FailureKind::TooLong {
-            return self.outgrew_guess(f.want);
-        }
-        if let (Want::Chunk(index), None, Verdict::Unavailable) =
-            (f.want, self.truth, kind.verdict())
-        {
-            return self.early_not_found(f.source, index);
-        }
-        self.requeue_want(f.want);
-        let (base, max, retries) =
-            (self.opts.backoff_base, self.opts.backoff_max, self.opts.max_retries);
-        let src = &mut self.sources[f.source.0 as usize];
-        if f.want == Want::Manifest && src.is_live() {
-            src.manifest = ManifestState::Needed;
-        }
-        match kind.verdict() {
-            Verdict::Transient => {
-                src.on_transient(now, base, max);
-                if src.failures > retries {
-                    let reason = DropReason::Unreliable { failures: src.failures, last: kind };
-                    self.drop_source(f.source, reason);
-                }
-            }
-            Verdict::Unavailable => {
-                let status = if let FailureKind::Http(s) = kind { s } else { 404 };
-                self.drop_source(f.source, DropReason::NotFound(status));
-            }
-            Verdict::Invalid => self.ban(f.source, BanReason::Failure(kind)),
-        }
-    }
-
-    fn on_verified(&mut self, v: Verified) {
-        let Some((source, index, len)) = self.verifying.remove(&v.id) else { return };
-        self.status.buffered -= len;
-        self.slots[index as usize].verifying -= 1;
-        match v.outcome {
-            Ok(vc) if vc.index == index && vc.root == self.root => {
-                if self.slots[index as usize].done {
-                    self.sources[source.0 as usize].stats.duplicates += 1;
-                    return;
-                }
-                if let Err(e) = self.accept(vc, len) {
-                    // Cannot happen for chunks verified against one root (Restore checks).
-                    self.fail(SyncError::Restore(e));
-                    return;
-                }
-                self.sources[source.0 as usize].stats.chunks += 1;
-                self.actions.push_back(Action::Accepted { index, source, body: v.body });
-                self.cancel_copies(index);
-            }
-            Ok(_) => {
-                let e = bavl_core::ProofError::Structure("verified for another index or root");
-                self.reject(source, index, e);
-            }
-            Err(e) => self.reject(source, index, e),
-        }
-    }
-
-    /// A chunk asked for at `early_limit` is larger: no lie; it waits for a manifest's size.
-    fn outgrew_guess(&mut self, want: Want) {
-        if let Want::Chunk(index) = want {
-            self.slots[index as usize].big = true;
-            self.requeue(index);
-        }
-    }
-
-    /// `404` for a chunk asked for before the count was known: the tree may be smaller
-    /// (or empty), so the source is judged only once its manifest or the first verified
-    /// chunk tells; meanwhile it is asked for nothing at or beyond that index.
-    fn early_not_found(&mut self, source: SourceId, index: u64) {
-        let src = &mut self.sources[source.0 as usize];
-        src.early_404.push(index);
-        let listed = src.manifest().is_some_and(|m| index < m.chunk_count);
-        if listed {
-            return self.drop_source(source, DropReason::NotFound(404));
-        }
-        if index > 0 {
-            self.early_end = self.early_end.min(index);
-        }
-        self.requeue(index);
-    }
-
-    fn reject(&mut self, source: SourceId, index: u64, e: bavl_core::ProofError) {
-        self.slots[index as usize].failed = true;
-        self.ban(source, BanReason::InvalidChunk { index, source: e });
-        self.requeue(index);
-    }
-
-    fn on_tick(&mut self, now: Duration) {
-        let expired: Vec<RequestId> =
-            self.flights.iter().filter(|(_, f)| f.deadline <= now).map(|(id, _)| *id).collect();
-        for id in expired {
-            self.actions.push_back(Action::Cancel(id));
-            self.on_failed(now, id, FailureKind::Timeout);
-        }
-    }
-
-    /// Keeps a verified chunk; learns the truth from the first one.
-    fn accept(&mut self, vc: VerifiedChunk, len: u64) -> Result<(), bavl_core::RestoreError> {
-        let index = vc.index;
-        let first = self.truth.is_none();
-        let truth = Truth { count: vc.chunk_count, capacity: vc.capacity, keys: vc.key_count };
-        self.restore.add_verified(vc)?;
-        if first {
-            self.truth = Some(truth);
-            if self.slots.len() < truth.count as usize {
-                self.slots.resize(truth.count as usize, Slot::default());
-            }
-            for i in 0..truth.count {
-                let s = &mut self.slots[i as usize];
-                if i != index && !s.done && !s.queued && s.copies == 0 && s.verifying == 0 {
-                    s.queued = true;
-                    self.pending.push_back(i);
-                }
-            }
-            // Early requests past the end can bring nothing (honest sources say `404`).
-            self.cancel_chunks(|i| i >= truth.count);
-        }
-        let slot = &mut self.slots[index as usize];
-        slot.done = true;
-        slot.size = len;
-        if slot.failed {
-            self.status.refetches += 1;
-        }
-        if first {
-            // Every manifest can now be held against the truth, and every early `404`.
-            for s in 0..self.sources.len() {
-                let early_404 = std::mem::take(&mut self.sources[s].early_404);
-                if early_404.iter().any(|&i| i < truth.count) {
-                    self.drop_source(SourceId(s as u32), DropReason::NotFound(404));
-                }
-                self.check_manifest(SourceId(s as u32));
-            }
-        } else {
-            // Manifests already agreed with every earlier chunk: only this one is new
-            // (a scan of all slots per chunk would make the sync quadratic).
-            for s in 0..self.sources.len() {
-                let source = &self.sources[s];
-                let Some(m) = source.manifest() else { continue };
-                if !source.is_live() {
-                    continue;
-                }
-                match m.chunk_sizes.get(index as usize) {
-                    Some(&claimed) if claimed != len => {
-                        let r = BanReason::SizeMismatch { index, len, claimed };
-                        self.ban(SourceId(s as u32), r);
-                    }
-                    Some(_) => {}
-                    // Not held against the truth yet: the full check does it.
-                    None => self.check_manifest(SourceId(s as u32)),
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Bans the source if its manifest contradicts what verified chunks proved.
-    fn check_manifest(&mut self, source: SourceId) {
-        let (Some(t), Some(m)) = (self.truth, self.sources[source.0 as usize].manifest()) else {
-            return;
-        };
-        if !self.sources[source.0 as usize].is_live() {
-            return;
-        }
-        let reason = if m.chunk_count != t.count
-            || m.capacity != t.capacity
-            || m.key_count != t.keys
-        {
-            Some(BanReason::InvalidManifest(ManifestError::Contradicted(
-                "chunk count, capacity or key count",
-            )))
-        } else {
-            let wrong =
-                self.slots.iter().enumerate().find(|(i, s)| s.done && m.chunk_sizes[*i] != s.size);
-            wrong.map(|(i, s)| BanReason::SizeMismatch {
-                index: i as u64,
-                len: s.size,
-                claimed: m.chunk_sizes[i],
-            })
-        };
-        if let Some(r) = reason {
-            self.ban(source, r);
-        }
-    }
-
-    /// Removes a request from the books: its reservation, its source's and slot's counts.
-    fn end_flight(&mut self, id: RequestId) -> Option<Flight> {
-        let f = self.flights.remove(&id)?;
-        self.status.buffered -= f.reserved;
-        self.sources[f.source.0 as usize].in_flight -= 1;
-        if let Want::Chunk(i) = f.want {
-            self.slots[i as usize].copies -= 1;
-        }
-        Some(f)
-    }
-
-    fn requeue_want(&mut self, want: Want) {
-        if let Want::Chunk(i) = want {
-            self.slots[i as usize].failed = true;
-            self.requeue(i);
-        }
-    }
-
-    /// Queues the index again, first, if nothing else will bring it. Before the count is
-    /// known only chunk 0 is queued (the others are once it is); none past the end.
-    pub(crate) fn requeue(&mut self, index: u64) {
-        match self.truth {
-            Some(t) if index >= t.count => return,
-            None if index > 0 => return,
-            _ => {}
-        }
-        let Some(slot) = self.slots.get_mut(index as usize) else { return };
-        if !slot.done && !slot.queued && slot.copies == 0 && slot.verifying == 0 {
-            slot.queued = true;
-            self.pending.push_front(index);
-        }
-    }
-
-    fn cancel_copies(&mut self, index: u64) {
-        self.cancel_chunks(|i| i == index);
-    }
-
-    /// Cancels the chunk requests in flight whose index matches.
-    fn cancel_chunks(&mut self, which: impl Fn(u64) -> bool) {
-        let ids: Vec<RequestId> = self
-            .flights
-            .iter()
-            .filter(|(_, f)| matches!(f.want, Want::Chunk(i) if which(i)))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            self.end_flight(id);
-            self.actions.push_back(Action::Cancel(id));
-        }
-    }
-
-    fn cancel_source(&mut self, source: SourceId) {
-        let ids: Vec<RequestId> =
-            self.flights.iter().filter(|(_, f)| f.source == source).map(|(id, _)| *id).collect();
-        for id in ids {
-            if let Some(f) = self.end_flight(id) {
-                self.actions.push_back(Action::Cancel(id));
-                self.requeue_want(f.want);
-            }
-        }
-    }
-
-    pub(crate) fn ban(&mut self, source: SourceId, reason: BanReason) {
-        let src = &mut self.sources[source.0 as usize];
-        if !src.is_live() {
-            return;
-        }
-        src.health = Health::Banned(reason.clone());
-        self.actions.push_back(Action::Banned { source, reason });
-        self.cancel_source(source);
-    }
-
-    fn drop_source(&mut self, source: SourceId, reason: DropReason) {
-        let src = &mut self.sources[source.0 as usize];
-        if !src.is_live() {
-            return;
-        }
-        src.health = Health::Dropped(reason.clone());
-        self.actions.push_back(Action::Dropped { source, reason });
-        self.cancel_source(source);
-    }
-
-    pub(crate) fn fail(&mut self, e: SyncError) {
-        if !self.finished {
-            self.finished = true;
-            self.actions.push_back(Action::Failed(e));
-        }
     }
 }

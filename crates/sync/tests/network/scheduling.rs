@@ -174,7 +174,9 @@ fn chunks_are_asked_for_before_any_manifest() {
     let world = World::new(600, 16);
     assert!(world.truth.chunk_count() > 24);
     let root = world.truth.root_hash();
-    let opts = Options { max_buffered_bytes: 4 << 20, ..small_opts() };
+    // A budget whose unproven shares hold a manifest guess and a full window of chunk
+    // guesses for each of the four sources.
+    let opts = Options { max_buffered_bytes: 16 << 20, ..small_opts() };
     let syncer = Syncer::new(root, VERSION, opts.clone()).unwrap();
     let mut s = Sim::new(world, syncer, opts.max_buffered_bytes, 7);
     for _ in 0..4 {
@@ -182,16 +184,21 @@ fn chunks_are_asked_for_before_any_manifest() {
     }
     let log = s.run();
     assert!(log.done);
-    // As the sources are added, before any answer, each fills its window: its manifest,
-    // chunk 0 for the first `probe` of them, then chunks 1, 2, ... in order.
+    // As the sources are added, before any answer, each fills its window: first a chunk
+    // (chunk 0 for the first `probe` of them, else the next fresh index), then its
+    // manifest, then chunks 1, 2, ... in order.
     let (probe, window) = (opts.probe as u32, opts.initial_window as usize);
     let mut next = 1;
     let mut want = Vec::new();
     for i in 0..4 {
-        let mut sent = vec![Want::Manifest];
+        let mut sent = Vec::new();
         if i < probe {
             sent.push(Want::Chunk(0));
+        } else {
+            sent.push(Want::Chunk(next));
+            next += 1;
         }
+        sent.push(Want::Manifest);
         while sent.len() < window {
             sent.push(Want::Chunk(next));
             next += 1;

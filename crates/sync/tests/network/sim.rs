@@ -62,6 +62,16 @@ pub enum Behaviour {
     Garbage,
     /// Redirects without end.
     RedirectLoop,
+    /// The true manifest at once; chunk 0 never answered (its body never starts); `404`
+    /// for every other chunk. (The crowd that kept a sync from verifying anything.)
+    ChunkZeroStall,
+    /// Every answer, manifests included, at 10 bytes per second (a dripped head).
+    DripAll,
+    /// A manifest that decodes but claims this many chunks (a false, large tree); `404`
+    /// for every chunk.
+    HugeManifest(u64),
+    /// Every other chunk answer is cut in the middle; the others honest.
+    Alternate,
 }
 
 /// The liars, one of each kind (a fixed order for tests that use many).
@@ -162,6 +172,7 @@ pub struct Log {
     pub failed: Option<SyncError>,
     pub end: Duration,
     pub max_buffered: u64,
+    pub max_in_flight: usize,
 }
 
 pub struct Sim {
@@ -169,6 +180,8 @@ pub struct Sim {
     pub sources: Vec<SimSource>,
     pub syncer: Syncer<Sha256>,
     pub budget: u64,
+    /// The syncer's `max_in_flight` (checked at every step, as the budget is).
+    pub max_in_flight: usize,
     pub verify_cost: Duration,
     pub log: Log,
     now: Duration,
@@ -187,6 +200,7 @@ impl Sim {
             sources: Vec::new(),
             syncer,
             budget,
+            max_in_flight: usize::MAX,
             verify_cost: Duration::from_micros(200),
             log: Log::default(),
             now: Duration::ZERO,
@@ -227,6 +241,9 @@ impl Sim {
             }
             let b = self.syncer.buffered();
             assert!(b <= self.budget, "buffered {b} over the budget {}", self.budget);
+            let n = self.syncer.in_flight();
+            assert!(n <= self.max_in_flight, "{n} requests in flight, over {}", self.max_in_flight);
+            self.log.max_in_flight = self.log.max_in_flight.max(n);
             self.log.max_buffered = self.log.max_buffered.max(b);
         }
         panic!("the simulation did not end");
@@ -360,6 +377,24 @@ impl Sim {
             let len = self.rng.gen_range(1..2000);
             return Answer::Body((0..len).map(|_| self.rng.gen()).collect());
         }
+        match (behaviour, req.want) {
+            (Behaviour::DripAll, Want::Manifest) => {
+                let len = Manifest::from_snapshot(VERSION, &self.world.truth).to_json().len();
+                return Answer::Stream(Some(len as u64), 10);
+            }
+            (Behaviour::DripAll, Want::Chunk(_)) => return Answer::Stream(Some(4096), 10),
+            (Behaviour::ChunkZeroStall, Want::Chunk(0)) => return Answer::Stream(Some(4096), 0),
+            (Behaviour::ChunkZeroStall | Behaviour::HugeManifest(_), Want::Chunk(_)) => {
+                return Answer::Fail(FailureKind::Http(404))
+            }
+            (Behaviour::HugeManifest(n), Want::Manifest) => {
+                return Answer::Body(huge(n, &hex::encode(self.world.truth.root_hash())))
+            }
+            (Behaviour::Alternate, Want::Chunk(_)) if served % 2 == 1 => {
+                return Answer::Fail(FailureKind::Truncated)
+            }
+            _ => {}
+        }
         let w = &self.world;
         // A chunk the tree does not have (asked for before the count is known): 404.
         if matches!(req.want, Want::Chunk(i) if i >= w.truth.chunk_count() && i > 0) {
@@ -453,8 +488,23 @@ impl Sim {
             }
             Behaviour::Flaky(..) => honest(),
             Behaviour::Garbage => unreachable!(),
+            Behaviour::ChunkZeroStall
+            | Behaviour::DripAll
+            | Behaviour::HugeManifest(_)
+            | Behaviour::Alternate => honest(),
             Behaviour::RedirectLoop => return Answer::Fail(FailureKind::TooManyRedirects),
         };
         Answer::Body(body)
     }
+}
+
+/// A manifest of version [`VERSION`] and the true root that decodes but claims `chunks`
+/// chunks of 100 bytes (a false tree).
+fn huge(chunks: u64, root: &str) -> Vec<u8> {
+    let sizes = vec!["100"; chunks as usize].join(",");
+    format!(
+        "{{\"format\":1,\"version\":{VERSION},\"root\":\"{root}\",\"capacity\":16,\
+         \"chunk_count\":{chunks},\"key_count\":{chunks},\"chunk_sizes\":[{sizes}]}}",
+    )
+    .into_bytes()
 }
