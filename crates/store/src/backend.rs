@@ -5,13 +5,16 @@
 //! small `HEAD` marker — so the [`Backend`] trait is a tiny file-system interface.
 //! [`DirBackend`] is a directory on the local file system (the default, chosen by
 //! measurement: `docs/design.md` §7). [`FaultyBackend`] wraps another backend and fails
-//! every mutating operation after a budget of them, for fault tests.
+//! every mutating operation after a budget of them, for fault tests; `MemBackend`
+//! (module `memory`) keeps the files in memory.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+
+pub use crate::memory::MemBackend;
 
 /// A file open for writing at its end.
 pub trait WriteFile: Write + Send {
@@ -361,102 +364,5 @@ impl Backend for FaultyBackend {
     }
     fn describe(&self) -> String {
         format!("{} (fault injection)", self.inner.describe())
-    }
-}
-
-type MemFiles = std::collections::BTreeMap<String, Arc<std::sync::Mutex<Vec<u8>>>>;
-
-/// Files in memory: for tests and fuzzing (nothing is durable, `sync` does nothing).
-#[derive(Clone, Default)]
-pub struct MemBackend {
-    files: Arc<std::sync::Mutex<MemFiles>>,
-}
-
-impl MemBackend {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Puts a file with the given contents (replacing any).
-    pub fn put(&self, name: &str, bytes: Vec<u8>) {
-        self.lock().insert(name.to_string(), Arc::new(std::sync::Mutex::new(bytes)));
-    }
-    /// The contents of a file.
-    pub fn get(&self, name: &str) -> Option<Vec<u8>> {
-        self.lock().get(name).map(|f| f.lock().unwrap_or_else(|e| e.into_inner()).clone())
-    }
-    fn lock(&self) -> std::sync::MutexGuard<'_, MemFiles> {
-        self.files.lock().unwrap_or_else(|e| e.into_inner())
-    }
-    fn file(&self, name: &str) -> io::Result<Arc<std::sync::Mutex<Vec<u8>>>> {
-        self.lock()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{name}: no such file")))
-    }
-}
-
-struct MemFile(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Write for MemFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl WriteFile for MemFile {
-    fn sync(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Backend for MemBackend {
-    fn list(&self) -> io::Result<Vec<String>> {
-        Ok(self.lock().keys().cloned().collect())
-    }
-    fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>> {
-        let bytes = self.file(name)?.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        Ok(Box::new(io::Cursor::new(bytes)))
-    }
-    fn file_len(&self, name: &str) -> io::Result<u64> {
-        Ok(self.file(name)?.lock().unwrap_or_else(|e| e.into_inner()).len() as u64)
-    }
-    fn create(&self, name: &str) -> io::Result<Box<dyn WriteFile>> {
-        let f = Arc::new(std::sync::Mutex::new(Vec::new()));
-        self.lock().insert(name.to_string(), f.clone());
-        Ok(Box::new(MemFile(f)))
-    }
-    fn open_append(&self, name: &str, len: u64) -> io::Result<Box<dyn WriteFile>> {
-        let f = self.file(name)?;
-        f.lock().unwrap_or_else(|e| e.into_inner()).truncate(len as usize);
-        Ok(Box::new(MemFile(f)))
-    }
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        let mut files = self.lock();
-        let f = files.remove(from).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("{from}: no such file"))
-        })?;
-        files.insert(to.to_string(), f);
-        Ok(())
-    }
-    fn remove(&self, name: &str) -> io::Result<()> {
-        self.lock()
-            .remove(name)
-            .map(|_| ())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{name}: no such file")))
-    }
-    fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
-        let f = self.file(name)?;
-        f.lock().unwrap_or_else(|e| e.into_inner()).truncate(len as usize);
-        Ok(())
-    }
-    fn sync_dir(&self) -> io::Result<()> {
-        Ok(())
-    }
-    fn describe(&self) -> String {
-        "memory".into()
     }
 }

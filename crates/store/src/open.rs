@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use bavl_core::{Digest, Snapshot, Tree, DEFAULT_CAPACITY};
 
 use crate::backend::{Backend, WriteFile};
+use crate::blame::{check_capacity, gap, two_histories};
 use crate::check::{problem, Problem};
 use crate::error::{IoContext, StoreError};
-use crate::meta::{self, checkpoint_name, classify, is_own_temporary, wal_name, FileKind, Meta};
+use crate::meta::{self, classify, is_own_temporary, wal_name, FileKind, Meta};
 use crate::wal::{self, Next, SegmentReader};
 use crate::{checkpoint, Options};
 
@@ -238,41 +239,6 @@ pub(crate) fn recover(
     })
 }
 
-/// Blames `bavl.meta` when it disagrees on the chunk capacity with every data file (the
-/// newest checkpoint and every log segment whose header reads), which agree among
-/// themselves: the one file that differs is the damaged one. Otherwise the files that
-/// disagree with it are reported as they are read.
-fn check_capacity(backend: &dyn Backend, l: &Listing, meta: &Meta) -> Result<(), StoreError> {
-    let mut seen = Vec::new();
-    if let Some(&v) = l.checkpoints.last() {
-        if let Ok(h) = checkpoint::read_header(backend, &checkpoint_name(v)) {
-            seen.push((checkpoint_name(v), h.capacity));
-        }
-    }
-    for &first in &l.segments {
-        let name = wal_name(first);
-        let Ok(len) = backend.file_len(&name) else { continue };
-        let Ok(r) = backend.open_read(&name) else { continue };
-        if let Ok(Some(seg)) = SegmentReader::open(r, &name, len) {
-            seen.push((name, seg.capacity));
-        }
-    }
-    match seen.first() {
-        Some((file, c)) if *c != meta.capacity && seen.iter().all(|(_, x)| x == c) => {
-            Err(StoreError::corrupted(
-                meta::META_FILE,
-                13,
-                format!(
-                    "capacity {}, but {file} and every other data file were written with \
-                     capacity {c}",
-                    meta.capacity
-                ),
-            ))
-        }
-        _ => Ok(()),
-    }
-}
-
 /// What the last segment of the log looked like.
 enum Tail {
     None,
@@ -450,96 +416,4 @@ fn rebuild(
         }
     }
     Ok(Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, recovery })
-}
-
-/// The error for a log segment starting at `first` when the state reaches only `head`.
-/// If nothing was replayed yet, the log continues from a checkpoint of `first - 1` that is
-/// missing (segments begin where a checkpoint was taken); otherwise the segment before
-/// (`prev`) ends early: cut at a record boundary, or a segment after it is missing.
-fn gap(name: &str, first: u64, head: u64, base: u64, prev: Option<String>) -> StoreError {
-    match prev {
-        Some(prev) if head > base => StoreError::corrupted(
-            &prev,
-            0,
-            format!(
-                "ends at version {head}, but the next segment ({name}) starts at {first}: \
-                 versions {}..={} were cut from it (or a segment between is missing)",
-                head + 1,
-                first - 1
-            ),
-        ),
-        _ => {
-            let from =
-                if base == 0 { "the empty store".to_string() } else { checkpoint_name(base) };
-            StoreError::corrupted(
-                &checkpoint_name(first - 1),
-                0,
-                format!(
-                    "missing: the log ({name}) continues from version {}, but the newest \
-                     state on disk before it is {from} (versions {}..={} are in no file)",
-                    first - 1,
-                    head + 1,
-                    first - 1
-                ),
-            )
-        }
-    }
-}
-
-/// The error when the first record after checkpoint `base` (in segment `name`) does not
-/// lead from the checkpoint's state to its recorded root. Both files verify on their own
-/// (the checkpoint against its root, the record by its checksums): they are of two
-/// histories. When a later checkpoint is on disk (`through`), the log's record of that
-/// version says which one belongs: a log that agrees with it is genuine and the base
-/// checkpoint is another store's; otherwise the segment is. Without that witness the
-/// checkpoint is named (the log is the file appended to by this store's every commit).
-fn two_histories(
-    backend: &dyn Backend,
-    l: &Listing,
-    base: u64,
-    name: &str,
-    offset: u64,
-    through: &Option<(u64, Digest, String)>,
-) -> StoreError {
-    let log_agrees = match through {
-        Some((n, want, _)) => log_root_at(backend, l, *n).map(|r| r == *want),
-        None => None,
-    };
-    let ckpt = checkpoint_name(base);
-    if log_agrees == Some(false) {
-        return StoreError::corrupted(
-            name,
-            offset,
-            format!(
-                "does not continue {ckpt}, nor lead to the newer checkpoint's root: a log \
-                 segment of another store or history"
-            ),
-        );
-    }
-    StoreError::corrupted(
-        &ckpt,
-        0,
-        format!(
-            "its state does not lead to the log's version {} ({name} at byte {offset}): a \
-             checkpoint of another store or history",
-            base + 1
-        ),
-    )
-}
-
-/// The root the log records for `version`, if a readable record of it is found.
-fn log_root_at(backend: &dyn Backend, l: &Listing, version: u64) -> Option<Digest> {
-    let first = *l.segments.iter().rev().find(|&&f| f <= version)?;
-    let name = wal_name(first);
-    let len = backend.file_len(&name).ok()?;
-    let mut seg = SegmentReader::open(backend.open_read(&name).ok()?, &name, len).ok()??;
-    loop {
-        match seg.next_record().ok()? {
-            Next::Record { version: v, body, .. } if v == version => {
-                return body.get(..32)?.try_into().ok();
-            }
-            Next::Record { .. } => {}
-            _ => return None,
-        }
-    }
 }

@@ -1,0 +1,161 @@
+//! How a store is opened ([`Options`]) and what it reports ([`CommitTiming`],
+//! [`StoreStats`]), and where pruned versions are freed ([`Reclaim`]).
+
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bavl_core::{Digest, Snapshot};
+
+use crate::pace::CheckpointPace;
+
+/// When the store writes checkpoints by itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CheckpointPolicy {
+    /// Only when [`Store::checkpoint`] is called.
+    Manual,
+    /// When the log written since the last checkpoint exceeds both `min_log_bytes` and
+    /// `log_ratio` times the size of the last checkpoint. The log's disk use and the
+    /// replay work on open stay proportional to the state's size.
+    Auto { log_ratio: f64, min_log_bytes: u64 },
+}
+
+/// Which thread frees the memory of pruned versions (the chunks only they held: about as
+/// many as a block touches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reclaim {
+    /// The writer's, inside [`Store::commit`] or [`Store::prune`]. The default: it costs a
+    /// few milliseconds per commit and works well on any allocator. Freeing on another
+    /// thread halves throughput on glibc's `malloc` (its arenas are locked per free from a
+    /// foreign thread): 47k against 24-33k ops/s on Workload B, while on mimalloc the two
+    /// are within the noise (95k vs 97k; `docs/design.md` §8.5).
+    #[default]
+    Inline,
+    /// A thread of the store's own: commits never pay for freeing, at the price of the
+    /// cross-thread frees. Worth it only with an allocator that frees across threads
+    /// cheaply (mimalloc, jemalloc) and a latency budget that counts milliseconds.
+    Background,
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Chunk capacity of a new store (`None`: the default). An existing store keeps its
+    /// own; asking for another is an error.
+    pub capacity: Option<u32>,
+    /// How many of the newest versions stay readable (at least 1).
+    pub keep_recent: u64,
+    pub checkpoint: CheckpointPolicy,
+    /// How fast background checkpoints write (by default spread over the commits, so they
+    /// never slow them down in bursts; see [`pace`]).
+    pub checkpoint_pace: CheckpointPace,
+    /// Where pruned versions are freed (see [`Reclaim`]).
+    pub reclaim: Reclaim,
+    /// How often a commit also records its version in `HEAD` (`None`: only at
+    /// checkpoints and `close`; `Some(ZERO)`: at every commit). A log later found to end
+    /// before `HEAD`'s version is reported as damaged, so a cut log can silently lose
+    /// only the versions committed since the last update: at most this long of commits
+    /// (the last ones before the writer stopped, if it stops without `close`). The
+    /// default, 1 s, costs one small atomic file write per second (`docs/design.md` §8.2).
+    pub head_interval: Option<Duration>,
+    /// Open without changing anything on disk, under a shared lock (any number of
+    /// readers, no writer): for checking or reading a backup, a snapshot or a read-only
+    /// mount. Every write (`insert`, `remove`, `commit`, `checkpoint`) is refused with
+    /// [`StoreError::ReadOnly`]; a record cut short at the end of the log is skipped, not
+    /// discarded, and left-over temporary files stay.
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            capacity: None,
+            keep_recent: 4,
+            checkpoint: CheckpointPolicy::Auto { log_ratio: 1.0, min_log_bytes: 64 << 20 },
+            checkpoint_pace: CheckpointPace::default(),
+            reclaim: Reclaim::default(),
+            head_interval: Some(Duration::from_secs(1)),
+            read_only: false,
+        }
+    }
+}
+
+/// Timing of the last commit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommitTiming {
+    /// Operations in the version.
+    pub ops: u32,
+    /// Rehashing the changed part of the tree.
+    pub hash: Duration,
+    /// Appending the log record and syncing it.
+    pub persist: Duration,
+    /// Bytes appended to the log.
+    pub log_bytes: u64,
+}
+
+/// Counters and sizes, for `bavl stats` and the benchmarks.
+#[derive(Debug, Clone, Default)]
+pub struct StoreStats {
+    pub head: u64,
+    pub head_root: Digest,
+    pub oldest_retained: u64,
+    pub retained: u64,
+    pub keys: u64,
+    pub chunks: u64,
+    pub capacity: u32,
+    pub space_efficiency: f64,
+    /// Bytes appended to the log since open.
+    pub log_bytes_written: u64,
+    /// Bytes of checkpoints written since open.
+    pub checkpoint_bytes_written: u64,
+    pub checkpoints_written: u64,
+    /// Operations committed since open.
+    pub ops_committed: u64,
+    /// The store's files and their sizes.
+    pub files: Vec<(String, u64)>,
+    pub disk_bytes: u64,
+    /// The newest finished checkpoint's version.
+    pub last_checkpoint: Option<u64>,
+    pub checkpoint_running: Option<u64>,
+}
+
+/// Frees pruned versions: inline, or on a thread of its own ([`Reclaim`]) so releasing the
+/// chunks a version alone held never lengthens a commit. The channel is bounded: a commit
+/// waits rather than let unreleased versions pile up.
+pub(crate) struct Reclaimer {
+    tx: Option<std::sync::mpsc::SyncSender<Snapshot>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Reclaimer {
+    pub(crate) fn start(mode: Reclaim) -> Reclaimer {
+        if mode == Reclaim::Inline {
+            return Reclaimer { tx: None, handle: None };
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Snapshot>(2);
+        let spawned = std::thread::Builder::new()
+            .name("bavl-reclaim".into())
+            .spawn(move || rx.into_iter().for_each(drop));
+        match spawned {
+            Ok(handle) => Reclaimer { tx: Some(tx), handle: Some(handle) },
+            // No thread: versions are freed inline, as a plain drop would.
+            Err(_) => Reclaimer { tx: None, handle: None },
+        }
+    }
+
+    pub(crate) fn release(&self, snap: Snapshot) {
+        if let Some(tx) = &self.tx {
+            // A send fails only if the thread is gone; the snapshot then drops here.
+            let _ = tx.send(snap);
+        }
+        // Inline: `snap` drops here.
+    }
+}
+
+impl Drop for Reclaimer {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
