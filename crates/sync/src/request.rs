@@ -67,6 +67,8 @@ impl Request {
             min_rate: self.min_rate,
             grace: self.grace,
             received: 0,
+            framing: 0,
+            wire: 0,
         }
     }
 }
@@ -141,8 +143,15 @@ impl FailureKind {
     }
 }
 
-/// Enforces a request's limit and minimum rate while its body is read. Pure: the caller
-/// reports bytes and time.
+/// Enforces a request's limits and minimum rate on the whole response, from its first
+/// byte to its last. Pure: the caller reports bytes and time.
+///
+/// Every byte read off the wire counts towards the rate ([`BodyGuard::on_wire`]), whatever
+/// part of the response it belongs to (status line, headers, interim responses, chunk
+/// framing, body, trailers), so a response dripped anywhere is `Stalled` after the grace.
+/// The body may not exceed the request's limit ([`BodyGuard::on_bytes`]) and everything
+/// else, the framing, may not exceed [`BodyGuard::framing_limit`] ([`BodyGuard::on_framing`]):
+/// the whole response is bounded in bytes as well as in time.
 #[derive(Debug, Clone)]
 pub struct BodyGuard {
     sent: Duration,
@@ -150,11 +159,22 @@ pub struct BodyGuard {
     min_rate: u64,
     grace: Duration,
     received: u64,
+    framing: u64,
+    wire: u64,
+}
+
+/// Framing allowed beside a body of `limit` bytes: 64 KiB for heads (interim ones too)
+/// and trailers, and an eighth of the body for chunk-size lines.
+pub fn framing_limit(limit: u64) -> u64 {
+    (64 << 10) + limit / 8
 }
 
 impl BodyGuard {
-    /// `n` more bytes arrived at `now`. Fails as soon as the body exceeds the limit (the
-    /// caller must stop reading and drop what it holds) or falls below the rate.
+    /// `n` more body bytes. Fails as soon as the body exceeds the limit (the caller must
+    /// stop reading and drop what it holds). Counts for the limit only: the caller reports
+    /// the same bytes to [`BodyGuard::on_wire`] when it reads them (for a transport that
+    /// does not tell the two apart, as a simulation, `on_bytes` alone counts them for the
+    /// rate too: see [`BodyGuard::on_body_read`]).
     pub fn on_bytes(&mut self, now: Duration, n: u64) -> Result<(), FailureKind> {
         self.received = self.received.saturating_add(n);
         if self.received > self.limit {
@@ -163,23 +183,53 @@ impl BodyGuard {
         self.check(now)
     }
 
-    /// Checks the rate at `now`; call it at least once a second while waiting for bytes.
+    /// `n` more body bytes read off the wire at once: [`BodyGuard::on_wire`] and
+    /// [`BodyGuard::on_bytes`] together.
+    pub fn on_body_read(&mut self, now: Duration, n: u64) -> Result<(), FailureKind> {
+        self.wire = self.wire.saturating_add(n);
+        self.on_bytes(now, n)
+    }
+
+    /// `n` more bytes that are not body (heads, chunk framing, trailers). Fails when the
+    /// framing exceeds [`framing_limit`].
+    pub fn on_framing(&mut self, now: Duration, n: u64) -> Result<(), FailureKind> {
+        self.framing = self.framing.saturating_add(n);
+        if self.framing > framing_limit(self.limit) {
+            return Err(FailureKind::TooLong);
+        }
+        self.check(now)
+    }
+
+    /// `n` more bytes read off the wire (any part of the response): checks the rate.
+    pub fn on_wire(&mut self, now: Duration, n: u64) -> Result<(), FailureKind> {
+        self.wire = self.wire.saturating_add(n);
+        self.check(now)
+    }
+
+    /// Checks the rate at `now`: after the grace, the bytes read off the wire since the
+    /// request was sent must average `min_rate` per second. Call it on every read and at
+    /// least once a second while waiting for bytes.
     pub fn check(&self, now: Duration) -> Result<(), FailureKind> {
         let elapsed = now.saturating_sub(self.sent);
         if elapsed < self.grace {
             return Ok(());
         }
-        // received / elapsed < min_rate, without division.
+        // wire / elapsed < min_rate, without division.
         let need = u128::from(self.min_rate) * elapsed.as_millis();
-        if u128::from(self.received) * 1000 < need {
+        if u128::from(self.wire.max(self.received)) * 1000 < need {
             return Err(FailureKind::Stalled);
         }
         Ok(())
     }
 
-    /// Bytes received so far.
+    /// Body bytes received so far.
     pub fn received(&self) -> u64 {
         self.received
+    }
+
+    /// The body's limit.
+    pub fn limit(&self) -> u64 {
+        self.limit
     }
 }
 
@@ -212,6 +262,22 @@ mod tests {
         assert_eq!(g.check(s(16)), Err(FailureKind::Stalled), "50 B in 6 s is below 10 B/s");
         assert_eq!(g.on_bytes(s(16), 50), Ok(()));
         assert_eq!(g.on_bytes(s(16), 1), Err(FailureKind::TooLong));
+    }
+
+    #[test]
+    fn guard_counts_every_wire_byte_for_the_rate_and_bounds_the_framing() {
+        let s = Duration::from_secs;
+        let mut g = req().guard();
+        // A head dripped: wire bytes, no body; judged by the rate like a body.
+        assert_eq!(g.on_wire(s(14), 40), Ok(()));
+        assert_eq!(g.on_framing(s(14), 40), Ok(()));
+        assert_eq!(g.check(s(14)), Ok(()), "within the grace");
+        assert_eq!(g.check(s(15)), Err(FailureKind::Stalled), "40 B in 5 s is below 10 B/s");
+        // Framing beyond its limit fails, whatever the rate.
+        let mut g = req().guard();
+        let cap = framing_limit(100);
+        assert_eq!(g.on_framing(s(11), cap), Ok(()));
+        assert_eq!(g.on_framing(s(11), 1), Err(FailureKind::TooLong));
     }
 
     #[test]

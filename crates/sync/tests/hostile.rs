@@ -17,7 +17,7 @@ use bavl_core::{Digest, Snapshot, Tree};
 use bavl_sync::http::{
     self, BaseUrl, Byzantine, Catalog, Objects, Server, ServerHandle, SyncConfig,
 };
-use bavl_sync::{Health, Options};
+use bavl_sync::{DropReason, Health, Options};
 
 const VERSION: u64 = 5;
 const GRACE: Duration = Duration::from_secs(1);
@@ -107,7 +107,11 @@ enum Expect {
 
 fn expected(kind: Byzantine) -> Expect {
     match kind {
-        Byzantine::NoChunkZero | Byzantine::ResetTruncate => Expect::BannedOrDropped,
+        // A huge false manifest is asked at a guess it outgrows; by the time the count
+        // bounds it, its `404`s for chunks that exist have dropped the source.
+        Byzantine::NoChunkZero | Byzantine::ResetTruncate | Byzantine::HugeManifest => {
+            Expect::BannedOrDropped
+        }
         k if k.is_honest() => Expect::Live,
         _ => Expect::Banned,
     }
@@ -124,11 +128,17 @@ fn one_liar(kind: Byzantine) {
     let (health, took) = sync(&snap, &[l.url(), h.url()]);
     let bound = honest_alone + GRACE + SLACK;
     assert!(took <= bound, "{kind}: {took:?} > {bound:?} (honest alone {honest_alone:?})");
-    assert_eq!(health[1], Health::Live, "{kind}: the honest source");
+    // The paced honest source stays live, unless the other source, honest in all but
+    // form, did all the work first: then it ends dropped as unproductive (outrun on every
+    // chunk it was asked), never banned. Likewise the honest-in-form kinds.
+    let outrun = |h: &Health| matches!(h, Health::Dropped(DropReason::Unproductive { .. }));
+    let honest_ok =
+        health[1] == Health::Live || (expected(kind) == Expect::Live && outrun(&health[1]));
+    assert!(honest_ok, "{kind}: the honest source ended {:?}", health[1]);
     let ok = matches!(
         (expected(kind), &health[0]),
         (Expect::Banned, Health::Banned(_))
-            | (Expect::Live, Health::Live)
+            | (Expect::Live, Health::Live | Health::Dropped(DropReason::Unproductive { .. }))
             | (Expect::BannedOrDropped, Health::Banned(_) | Health::Dropped(_))
     );
     assert!(ok, "{kind}: expected {:?}, ended {:?} (in {took:?})", expected(kind), health[0]);

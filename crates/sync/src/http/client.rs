@@ -1,13 +1,13 @@
 //! A blocking HTTP/1.1 `GET` client that enforces a request's limits while it reads.
 //!
-//! Every byte of a body goes through the request's [`BodyGuard`]: a `Content-Length` over
-//! the limit fails before a byte of the body is read, any body (length-delimited, chunked
-//! or read to the close) fails at its first byte over the limit, and a body below the
-//! minimum rate fails as `Stalled`. Sockets read with a short timeout, so the guard's rate
-//! and the caller's cancellation flag are checked at least every [`POLL`] while waiting.
-//! At most [`MAX_REDIRECTS`] redirects are followed (to `http://` URLs or absolute paths);
-//! more is `TooManyRedirects`. Connections are kept alive and reused per host, one request
-//! at a time each. Only `http://` is spoken (no TLS).
+//! Every byte of a response goes through the request's [`BodyGuard`] ([`super::reader`]):
+//! the whole response is bounded in bytes (body within its limit, heads and framing within
+//! theirs) and in time (every byte counts towards the minimum rate, after the grace).
+//! Sockets read with a short timeout, so the guard's rate and the caller's cancellation
+//! flag are checked at least every [`POLL`] while waiting, and on every read. At most
+//! [`MAX_REDIRECTS`] redirects are followed (to `http://` URLs or absolute paths); more is
+//! `TooManyRedirects`. Connections are kept alive and reused per host, one request at a
+//! time each, at most [`MAX_IDLE`] idle in all. Only `http://` is spoken (no TLS).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -16,15 +16,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::wire::{self, Head, MAX_HEAD};
+use super::reader::Conn;
+use super::wire;
 use crate::request::{BodyGuard, FailureKind};
 
 /// Redirects followed before `TooManyRedirects`.
 pub const MAX_REDIRECTS: u32 = 5;
 /// Longest wait on a socket between checks of the guard and the cancellation flag.
 pub const POLL: Duration = Duration::from_millis(200);
-/// Idle connections kept per host.
-const MAX_IDLE: usize = 32;
+/// Idle connections kept, over all hosts.
+pub const MAX_IDLE: usize = 64;
 
 /// A source's base URL: `http://host[:port][/prefix]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -113,7 +114,7 @@ impl Fetch<'_> {
     }
 
     /// One read, waiting in [`POLL`] steps while checking the rate and cancellation.
-    fn read_some(&mut self, s: &mut TcpStream, buf: &mut [u8]) -> Result<usize, Abort> {
+    pub(super) fn read_some(&mut self, s: &mut TcpStream, buf: &mut [u8]) -> Result<usize, Abort> {
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(Abort::Cancelled);
@@ -135,10 +136,22 @@ impl Fetch<'_> {
         }
     }
 
-    /// Counts body bytes against the limit and the rate.
-    fn body_bytes(&mut self, n: usize) -> Result<(), Abort> {
+    /// `n` bytes read off the wire: the rate.
+    pub(super) fn wire(&mut self, n: usize) -> Result<(), Abort> {
+        let now = self.now();
+        Ok(self.guard.on_wire(now, n as u64)?)
+    }
+
+    /// `n` bytes of body consumed: the limit.
+    pub(super) fn body(&mut self, n: usize) -> Result<(), Abort> {
         let now = self.now();
         Ok(self.guard.on_bytes(now, n as u64)?)
+    }
+
+    /// `n` bytes of framing consumed (heads, chunk sizes, trailers): their limit.
+    pub(super) fn framing(&mut self, n: usize) -> Result<(), Abort> {
+        let now = self.now();
+        Ok(self.guard.on_framing(now, n as u64)?)
     }
 }
 
@@ -200,9 +213,9 @@ impl Client {
             Ok((reply, reusable)) => {
                 if reusable {
                     let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                    let v = idle.entry((host.to_string(), port)).or_default();
-                    if v.len() < MAX_IDLE {
-                        v.push(s);
+                    let total: usize = idle.values().map(Vec::len).sum();
+                    if total < MAX_IDLE {
+                        idle.entry((host.to_string(), port)).or_default().push(s);
                     }
                 }
                 Ok(reply)
@@ -210,6 +223,12 @@ impl Client {
             Err(Retry::Abort(a)) => Err(a),
             Err(Retry::Stale) => Err(Abort::Failed(FailureKind::Transport)),
         }
+    }
+
+    /// Closes the idle connections to `base`'s host (a source no longer asked).
+    pub fn forget(&self, base: &BaseUrl) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.remove(&(base.host.clone(), base.port));
     }
 
     fn take_idle(&self, host: &str, port: u16) -> Option<TcpStream> {
@@ -268,35 +287,22 @@ fn exchange(
     path: &str,
     f: &mut Fetch<'_>,
 ) -> Result<(Reply, bool), Retry> {
+    // `identity`: a server must not compress (a gzip answer is still decoded, bounded).
     let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: bavl-sync/1\r\nAccept: */*\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: bavl-sync/1\r\n\
+         Accept: */*\r\nAccept-Encoding: identity\r\n\r\n"
     );
     if s.write_all(req.as_bytes()).is_err() {
         return Err(Retry::Stale);
     }
-    // The head, bounded.
-    let mut buf = Vec::with_capacity(1024);
-    let mut tmp = [0u8; 8192];
-    let end = loop {
-        let n = match f.read_some(s, &mut tmp) {
-            Ok(0) | Err(Abort::Failed(FailureKind::Transport)) if buf.is_empty() => {
-                return Err(Retry::Stale)
-            }
-            Ok(0) => return Err(FailureKind::Malformed.into()),
-            Ok(n) => n,
-            Err(a) => return Err(a.into()),
-        };
-        buf.extend_from_slice(&tmp[..n]);
-        if let Some(end) = wire::head_end(&buf) {
-            break end;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(FailureKind::Malformed.into());
-        }
+    let mut conn = Conn::new(s);
+    let head = match conn.head(f) {
+        Ok(h) => h,
+        // Nothing at all came back on a kept-alive connection: the server closed it.
+        Err(Abort::Failed(FailureKind::Transport)) if !conn.got_any => return Err(Retry::Stale),
+        Err(a) => return Err(a.into()),
     };
-    let head = wire::parse_head(&buf[..end]).ok_or(FailureKind::Malformed)?;
     let status = wire::status(&head).ok_or(FailureKind::Malformed)?;
-    let leftover = buf.split_off(end);
     if matches!(status, 301 | 302 | 303 | 307 | 308) {
         let loc = head.header("location").ok_or(FailureKind::Malformed)?;
         return Ok((Reply::Redirect(loc.to_string()), false));
@@ -304,123 +310,8 @@ fn exchange(
     if status != 200 {
         return Err(FailureKind::Http(status).into());
     }
-    let (body, reusable) = read_body(s, &head, leftover, f)?;
+    let (body, reusable) = conn.body(&head, f)?;
     Ok((Reply::Body(body), reusable))
-}
-
-/// The body of a `200` response, every byte through the guard.
-fn read_body(
-    s: &mut TcpStream,
-    head: &Head,
-    leftover: Vec<u8>,
-    f: &mut Fetch<'_>,
-) -> Result<(Vec<u8>, bool), Abort> {
-    let keep_alive = head.first[0] == "HTTP/1.1" && !head.has_token("connection", "close");
-    let mut r = BodyReader { s, pending: leftover, at: 0 };
-    if head.has_token("transfer-encoding", "chunked") {
-        let body = read_chunked(&mut r, f)?;
-        return Ok((body, keep_alive && r.at == r.pending.len()));
-    }
-    if head.header("transfer-encoding").is_some() {
-        return Err(Abort::Failed(FailureKind::Malformed));
-    }
-    match wire::content_length(head).map_err(|_| Abort::Failed(FailureKind::Malformed))? {
-        Some(len) => {
-            // Refused before a byte of the body is held.
-            if len > 0 {
-                f.guard.clone().on_bytes(f.epoch.elapsed(), len)?;
-            }
-            let mut body = Vec::with_capacity(len as usize);
-            while (body.len() as u64) < len {
-                let want = (len - body.len() as u64).min(64 << 10) as usize;
-                let got = r.read(f, want, &mut body)?;
-                if got == 0 {
-                    return Err(Abort::Failed(FailureKind::Transport));
-                }
-                f.body_bytes(got)?;
-            }
-            Ok((body, keep_alive && r.at == r.pending.len()))
-        }
-        None => {
-            // Delimited by the close.
-            let mut body = Vec::new();
-            loop {
-                let got = r.read(f, 64 << 10, &mut body)?;
-                if got == 0 {
-                    return Ok((body, false));
-                }
-                f.body_bytes(got)?;
-            }
-        }
-    }
-}
-
-/// Reads the body's bytes: what came with the head first, then the socket.
-struct BodyReader<'a> {
-    s: &'a mut TcpStream,
-    pending: Vec<u8>,
-    at: usize,
-}
-
-impl BodyReader<'_> {
-    /// Appends at most `max` bytes to `out`; 0 at the end of the stream.
-    fn read(&mut self, f: &mut Fetch<'_>, max: usize, out: &mut Vec<u8>) -> Result<usize, Abort> {
-        if self.at < self.pending.len() {
-            let n = (self.pending.len() - self.at).min(max);
-            out.extend_from_slice(&self.pending[self.at..self.at + n]);
-            self.at += n;
-            return Ok(n);
-        }
-        let old = out.len();
-        out.resize(old + max, 0);
-        let n = f.read_some(self.s, &mut out[old..]);
-        out.truncate(old + *n.as_ref().unwrap_or(&0));
-        n
-    }
-
-    /// One CRLF-terminated line of at most 256 bytes (chunk sizes, trailers).
-    fn line(&mut self, f: &mut Fetch<'_>) -> Result<Vec<u8>, Abort> {
-        let mut line = Vec::new();
-        while !line.ends_with(b"\r\n") {
-            if line.len() > 256 || self.read(f, 1, &mut line)? == 0 {
-                return Err(Abort::Failed(FailureKind::Malformed));
-            }
-        }
-        line.truncate(line.len() - 2);
-        Ok(line)
-    }
-}
-
-fn read_chunked(r: &mut BodyReader<'_>, f: &mut Fetch<'_>) -> Result<Vec<u8>, Abort> {
-    let malformed = Abort::Failed(FailureKind::Malformed);
-    let mut body = Vec::new();
-    loop {
-        let line = r.line(f)?;
-        let size = line.split(|&b| b == b';').next().unwrap_or_default();
-        let size = std::str::from_utf8(size).map_err(|_| malformed)?.trim();
-        if size.is_empty() || size.len() > 15 {
-            return Err(malformed);
-        }
-        let size = u64::from_str_radix(size, 16).map_err(|_| malformed)?;
-        if size == 0 {
-            // Trailers up to the blank line.
-            while !r.line(f)?.is_empty() {}
-            return Ok(body);
-        }
-        f.guard.clone().on_bytes(f.epoch.elapsed(), size)?;
-        let end = body.len() as u64 + size;
-        while (body.len() as u64) < end {
-            let want = (end - body.len() as u64).min(64 << 10) as usize;
-            let got = r.read(f, want, &mut body)?;
-            if got == 0 {
-                return Err(Abort::Failed(FailureKind::Transport));
-            }
-            f.body_bytes(got)?;
-        }
-        if !r.line(f)?.is_empty() {
-            return Err(malformed);
-        }
-    }
 }
 
 /// The next target after a redirect to `loc` (an `http://` URL or an absolute path).

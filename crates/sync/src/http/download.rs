@@ -100,7 +100,9 @@ pub fn download(
     for _ in &cfg.sources {
         syncer.add_source(epoch.elapsed());
     }
-    let mut fetchers = Fetchers::new(client, sources, epoch, tx.clone());
+    let max_threads = cfg.options.max_in_flight as usize + 16;
+    let mut fetchers =
+        Fetchers::new(client.clone(), sources.clone(), epoch, tx.clone(), max_threads);
     let mut cancels: HashMap<RequestId, Arc<AtomicBool>> = HashMap::new();
     let mut events = Vec::new();
     let (mut fetched, mut fetched_bytes, mut last_progress) = (0u64, 0u64, Instant::now());
@@ -137,9 +139,11 @@ pub fn download(
                     }
                 }
                 Action::Banned { source, reason } => {
+                    client.forget(&sources[source.0 as usize]);
                     events.push(SourceEvent::Banned { source, reason })
                 }
                 Action::Dropped { source, reason } => {
+                    client.forget(&sources[source.0 as usize]);
                     events.push(SourceEvent::Dropped { source, reason })
                 }
                 Action::Done => finished = Some(Ok(())),
@@ -203,21 +207,30 @@ pub fn download(
 /// A request and its cancellation flag.
 type FetchJob = (Request, Arc<AtomicBool>);
 
-/// The threads that carry out requests. A request never waits for a busy thread: one is
-/// started whenever none is idle, so there are as many as requests were ever in flight at
-/// once (the syncer's windows bound that), and each is reused instead of a thread being
-/// started per request (on loopback, thread stacks mapped and unmapped per request cost
-/// more than the requests).
+/// The threads that carry out requests. A request never waits for a busy thread while
+/// fewer than `max` exist: one is started whenever none is idle, and each is reused
+/// instead of a thread being started per request (on loopback, thread stacks mapped and
+/// unmapped per request cost more than the requests). The syncer keeps at most
+/// `Options::max_in_flight` requests in flight, so `max` (that and a few more, for
+/// cancelled requests still winding down, which notice within [`super::client::POLL`])
+/// bounds the threads whatever the number of sources; a request beyond it waits for the
+/// next free thread. A thread idle for [`IDLE_EXIT`] ends: the pool shrinks.
 struct Fetchers {
     tx: Sender<FetchJob>,
     rx: Arc<Mutex<mpsc::Receiver<FetchJob>>>,
     /// Threads waiting for a request that no submitted request has claimed yet.
     idle: Arc<AtomicUsize>,
+    /// Threads alive.
+    threads: Arc<AtomicUsize>,
+    max: usize,
     client: Arc<Client>,
     sources: Arc<Vec<BaseUrl>>,
     epoch: Instant,
     done: Sender<Msg>,
 }
+
+/// How long a fetch thread waits for a request before it ends.
+const IDLE_EXIT: Duration = Duration::from_secs(5);
 
 impl Fetchers {
     fn new(
@@ -225,34 +238,59 @@ impl Fetchers {
         sources: Arc<Vec<BaseUrl>>,
         epoch: Instant,
         done: Sender<Msg>,
+        max: usize,
     ) -> Self {
         let (tx, rx) = mpsc::channel();
         let (rx, idle) = (Arc::new(Mutex::new(rx)), Arc::new(AtomicUsize::new(0)));
-        Fetchers { tx, rx, idle, client, sources, epoch, done }
+        let threads = Arc::new(AtomicUsize::new(0));
+        Fetchers { tx, rx, idle, threads, max, client, sources, epoch, done }
     }
 
-    /// Hands a request to an idle thread or a new one; `Err` if no thread could start.
+    /// Threads alive now.
+    fn threads(&self) -> usize {
+        self.threads.load(Ordering::Acquire)
+    }
+
+    /// Hands a request to an idle thread or a new one (while fewer than `max` exist);
+    /// `Err` if no thread could start and none exists.
     fn submit(&mut self, req: Request, cancel: Arc<AtomicBool>) -> Result<(), ()> {
         let claimed = self
             .idle
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok();
-        if !claimed {
-            let (rx, idle) = (self.rx.clone(), self.idle.clone());
+        if !claimed && self.threads() < self.max {
+            let (rx, idle, threads) = (self.rx.clone(), self.idle.clone(), self.threads.clone());
             let (client, sources, done) =
                 (self.client.clone(), self.sources.clone(), self.done.clone());
             let epoch = self.epoch;
+            threads.fetch_add(1, Ordering::AcqRel);
             let spawned = std::thread::Builder::new().name("bavl-fetch".into()).spawn(move || {
                 loop {
                     // The lock is held only by the thread waiting for the next request.
-                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    let Ok((req, cancel)) = next else { break };
-                    fetch(&client, &sources, req, epoch, &cancel, &done);
-                    idle.fetch_add(1, Ordering::AcqRel);
+                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv_timeout(IDLE_EXIT);
+                    match next {
+                        Ok((req, cancel)) => {
+                            fetch(&client, &sources, req, epoch, &cancel, &done);
+                            idle.fetch_add(1, Ordering::AcqRel);
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            // Leave only by taking itself off the idle count: if a request
+                            // claimed every idle thread meantime, one is on its way here.
+                            let off = |n: usize| n.checked_sub(1);
+                            if idle.fetch_update(Ordering::AcqRel, Ordering::Acquire, off).is_ok() {
+                                break;
+                            }
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
                 }
+                threads.fetch_sub(1, Ordering::AcqRel);
             });
             if spawned.is_err() {
-                return Err(());
+                self.threads.fetch_sub(1, Ordering::AcqRel);
+                if self.threads() == 0 {
+                    return Err(());
+                }
             }
         }
         // Every thread outlives this sender's use (they exit when it is dropped).

@@ -9,6 +9,7 @@ pub mod byzantine;
 pub mod client;
 pub mod download;
 pub mod export;
+mod reader;
 pub mod server;
 pub mod wire;
 
