@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use bavl_synclab::baseline::{self, RetryPolicy};
+use bavl_synclab::meta::{date, machine};
 use bavl_synclab::plot;
 use bavl_synclab::runner::{self, Env, Method, Row, Setup};
 use clap::{Parser, Subcommand};
@@ -109,6 +110,23 @@ enum Cmd {
     },
     /// Runs the experiments in the netlab namespaces (root; builds the lab itself).
     Run(RunArgs),
+    /// Issue 15's figures on loopback: one honest `bavl serve` beside 0, 12 or 48 liars of
+    /// each adversarial kind, the real `bavl sync` measured (time, peak RSS, each source's
+    /// health) -> docs/results/sync-adversarial.json, docs/results/sync-adversarial/.
+    Adversarial(bavl_synclab::adversarial::cli::Args),
+    /// COUNT lying sources of one KIND (`bavl serve --byzantine`) over a `bavl export`
+    /// directory in this one process, on loopback ports: prints each URL, then `ready`;
+    /// serves until stdin ends.
+    Crowd {
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        count: usize,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+    },
     /// Redraws the plots and rewrites the §7 summary from the CSVs in a results directory.
     Report {
         #[arg(long, default_value = "docs/results/sync")]
@@ -233,6 +251,10 @@ fn main() -> ExitCode {
         }
         Cmd::Run(args) => run(&args),
         Cmd::Report { dir, json } => report(&dir, &json, false),
+        Cmd::Adversarial(args) => bavl_synclab::adversarial::cli::main(&args),
+        Cmd::Crowd { kind, count, dir, host } => {
+            bavl_synclab::crowd::run(&kind, count, &dir, &host).map(|()| ExitCode::SUCCESS)
+        }
     };
     match r {
         Ok(c) => c,
@@ -328,49 +350,6 @@ fn import_store(stream: &[u8], capacity: u32, out: &Path) -> Result<()> {
     bavl_store::Store::create_from_tree(out, &mut tree, 1)
         .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     Ok(())
-}
-
-fn git_commit() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
-fn machine() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .next()
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    json!({"cpu": cpu, "nproc": std::thread::available_parallelism().map_or(1, |n| n.get()),
-           "mem_gib": (mem / 1048576.0 * 10.0).round() / 10.0, "kernel": kernel.trim(),
-           "load_avg": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
-           "git_commit": git_commit()})
-}
-
-fn date() -> String {
-    std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }
 
 fn setups(args: &RunArgs, exp: &str, bavl_byz: bool) -> Vec<Setup> {

@@ -82,8 +82,19 @@ pub fn standard(rows: &[Row], x: impl Fn(&Row) -> f64 + Copy, byz: &[usize]) -> 
 
 /// Draws the series; `log_x` for sizes.
 pub fn draw(path: &Path, title: &str, x_label: &str, series: &[Series], log_x: bool) -> Result<()> {
+    draw_y(path, title, (x_label, "sync time (s)"), series, log_x)
+}
+
+/// Draws the series with the axes labelled `(x, y)`.
+pub fn draw_y(
+    path: &Path,
+    title: &str,
+    labels: (&str, &str),
+    series: &[Series],
+    log_x: bool,
+) -> Result<()> {
     bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
-    draw_inner(path, title, x_label, series, log_x).map_err(|e| anyhow!("plotting: {e}"))
+    draw_inner(path, title, labels, series, log_x).map_err(|e| anyhow!("plotting: {e}"))
 }
 
 type E = Box<dyn std::error::Error>;
@@ -91,7 +102,7 @@ type E = Box<dyn std::error::Error>;
 fn draw_inner(
     path: &Path,
     title: &str,
-    x_label: &str,
+    (x_label, y_label): (&str, &str),
     series: &[Series],
     log_x: bool,
 ) -> Result<(), E> {
@@ -114,7 +125,7 @@ fn draw_inner(
     chart
         .configure_mesh()
         .x_desc(x_label)
-        .y_desc("sync time (s)")
+        .y_desc(y_label)
         .x_label_formatter(&|v| {
             // Linear axes label whole numbers only (peers, liars).
             if !log_x && (v - v.round()).abs() > 0.01 {
