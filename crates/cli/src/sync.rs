@@ -58,10 +58,21 @@ pub struct SyncArgs {
     /// 10 s).
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     backoff: f64,
-    /// Never ask an idle source for a copy of a chunk still in flight elsewhere (by
-    /// default the first of two copies to verify wins, against slow sources).
+    /// Never ask an idle source for a second copy of a chunk a source that delivers
+    /// holds (by default the first of two copies to verify wins, against slow sources).
+    /// A chunk held only by sources that have delivered nothing, or that are overdue, is
+    /// still given to an idle source that delivers.
     #[arg(long)]
     no_speculate: bool,
+    /// Requests in flight at once over all sources: the fetch threads and connections
+    /// (at most this many more 16). Sources that have not delivered a verified chunk yet
+    /// hold at most half of them, and half of the memory budget.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    max_in_flight: u32,
+    /// Memory budget for unverified data (requests in flight at their limits, bodies
+    /// awaiting verification, manifests), in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 128)]
+    budget_mib: u64,
     /// Write a line of progress to FILE about ten times a second (CSV: seconds, chunks
     /// verified, total, requests in flight, chunks being verified, bytes buffered, bytes
     /// fetched), to see where a sync spends its time.
@@ -78,8 +89,10 @@ pub const SYNC_HELP: &str = "Examples:
   bavl sync --db new --root HEX --version 1200 --peer URL --json sync.json
 
 Every chunk is verified against --root alone; a source is banned at its first invalid
-answer (bad chunk, lying manifest, over-long, stalled or garbage body) and its chunks are
-fetched elsewhere. Chunks are appended to the resume file as they verify: run the same
+answer (bad chunk, lying manifest, over-long, stalled or garbage response) and its chunks
+are fetched elsewhere. Sources that deliver verified chunks are preferred; one that has
+delivered nothing never holds work an idle one that delivers could do, so any number of
+slow or silent sources cannot stall the sync (docs/sync-protocol.md §5). Chunks are appended to the resume file as they verify: run the same
 command again after a kill and only the missing chunks are fetched. The resume file is the
 new store's checkpoint being filled: at the end the tree is rebuilt, its root checked, and
 the file sealed and moved into --db, which opens at --version (the state is written once,
@@ -161,6 +174,12 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
             .filter(|d| !d.is_zero())
             .with_context(|| format!("--{what} must be a positive number of seconds"))
     };
+    let floor = Options::default().max_chunk_bytes >> 20;
+    anyhow::ensure!(
+        args.budget_mib >= floor,
+        "--budget-mib must be at least {floor}: it must hold the largest chunk accepted"
+    );
+    anyhow::ensure!(args.max_in_flight >= 4, "--max-in-flight must be at least 4");
     let options = Options {
         request_timeout: secs(args.timeout, "timeout")?,
         grace: secs(args.grace, "grace")?,
@@ -168,6 +187,8 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         max_retries: args.max_retries,
         backoff_base: secs(args.backoff, "backoff")?,
         speculate: !args.no_speculate,
+        max_in_flight: args.max_in_flight,
+        max_buffered_bytes: args.budget_mib.saturating_mul(1 << 20),
         ..Options::default()
     };
     let threads = args.threads.unwrap_or_else(|| {
