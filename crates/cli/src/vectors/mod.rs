@@ -37,7 +37,11 @@ const CONVENTIONS: &[&str] = &[
     "absence: verify_absence(root, key, proof) must accept and yield key_count.",
     "range: verify_range(root, lo, hi, proof) must accept and yield exactly entries (bounds: kind included | excluded | unbounded).",
     "chunks: verify_chunk(root, index, bytes) must accept and yield chunk_count, key_count, keys_before, key_height and the entries entries[keys_before .. keys_before + len].",
-    "negative: the named verifier (kind) called with the given inputs and the tree's root must reject; rust_error (the bavl_core ProofError variant) is informative only.",
+    "negative: the named verifier (kind) called with the given inputs and the tree's root must reject with the error kind `error`, one of Input, Decode, WrongKind, Structure, RootMismatch, WrongIndex (docs/design.md section 3, Order of checks and error kinds). Inputs a verifier does not take are absent (key and value for membership, key for absence, lo and hi for range, index for chunk).",
+    "Input vectors carry a key, value or bound key outside the limits (empty, 1025 bytes) or inverted bounds: a verifier must refuse them before reading the proof.",
+    "Bounds: lo/hi are {kind: included | excluded | unbounded, key: hex}; below lo means key < lo.key (included) or key <= lo.key (excluded); above hi likewise.",
+    "Verifiers take the proof bytes as given: none of the vectors' byte strings may be normalised, trimmed or re-encoded before verification.",
+    "A fourth verifier should also pass the differential corpus (scripts/verifiers.sh): valid proofs and chunks, every-byte mutants and forged proofs, with the error kind each must give.",
 ];
 
 /// A key-value pair in hex.
@@ -118,9 +122,8 @@ struct Negative {
     index: Option<u64>,
     proof: String,
     expected: &'static str,
-    /// The `ProofError` variant bavl_core rejects with (informative: another verifier may
-    /// detect the fault at another step).
-    rust_error: String,
+    /// The error kind every verifier must reject with (`docs/design.md` §3).
+    error: &'static str,
 }
 
 /// Everything recorded for one tree.

@@ -196,8 +196,10 @@ impl<'a, H: Hasher> Walk<'a, H> {
             full,
             chunk: built,
         });
-        self.keys_before += m as u64;
-        self.chunks_before += 1;
+        // Saturating, like the pruned counts: a sum beyond 2^64 - 1 is refused when the
+        // enclosing inner node adds its children's counts.
+        self.keys_before = self.keys_before.saturating_add(m as u64);
+        self.chunks_before = self.chunks_before.saturating_add(1);
         Ok(Info { hash: root, kc: m as u64, cc: 1, expanded: true, pending: true })
     }
 

@@ -1,0 +1,3 @@
+module bavl.dev/verifier
+
+go 1.22
