@@ -158,7 +158,7 @@ one_liar_tests! {
     a_dripped_body_is_banned: DripBody,
     endless_trailers_are_banned: EndlessTrailers,
     a_source_without_chunk_0_is_banned_or_dropped: NoChunkZero,
-    a_huge_false_manifest_is_banned: HugeManifest,
+    a_huge_false_manifest_is_banned_or_dropped: HugeManifest,
     a_slow_honest_source_stays_live: Slow,
     early_hints_are_skipped_not_banned: EarlyHints,
     a_gzip_manifest_is_decoded_not_banned: GzipManifest,
