@@ -239,7 +239,10 @@ pub struct FileJson {
 pub struct RecoveryJson {
     pub checkpoint: Option<u64>,
     pub versions_replayed: u64,
+    /// A torn record at the end of the log (cut by a writable open, skipped by a
+    /// read-only one such as `bavl stats`).
     pub discarded_bytes: u64,
+    /// Left-over temporary files (deleted by a writable open, counted by a read-only one).
     pub removed_temporary: u64,
     /// Why the checkpoint before the newest one was not used, if it was there.
     pub older_checkpoint_skipped: Option<String>,

@@ -4,7 +4,7 @@
 //! segments it appends to, checkpoint files written once and renamed into place, and a
 //! small `HEAD` marker — so the [`Backend`] trait is a tiny file-system interface.
 //! [`DirBackend`] is a directory on the local file system (the default, chosen by
-//! measurement: `docs/design.md` §7). [`FaultyBackend`] wraps another backend and fails
+//! measurement: `docs/design.md` §8.6). [`FaultyBackend`] wraps another backend and fails
 //! every mutating operation after a budget of them, for fault tests; `MemBackend`
 //! (module `memory`) keeps the files in memory.
 

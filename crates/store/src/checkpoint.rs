@@ -4,7 +4,7 @@
 //! carrying its proof against the root), framed by a header and a trailer. Reading one
 //! back verifies every chunk against the root in the header and rebuilds the identical
 //! tree with `Restore`, so any damage is detected, whatever bytes it hits. Byte layout:
-//! `docs/design.md` §7.3.
+//! `docs/design.md` §8.3.
 
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicBool, Ordering};

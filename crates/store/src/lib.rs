@@ -17,8 +17,10 @@
 //! newest one and so rebuilds more of the retained versions (verifying every chunk against
 //! its root), replays the log after it (checking every recorded root), discards a record
 //! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`]. The
-//! live state and the retained versions are held in memory. Formats and reasons:
-//! `docs/design.md` §7.
+//! live state and the retained versions are held in memory. The directory itself is
+//! locked: exclusively by a writer, which stops writing if the path stops naming it,
+//! shared by [`Options::read_only`] readers, which change nothing on disk. Only an empty
+//! directory becomes a new store. Formats and reasons: `docs/design.md` §8.
 //!
 //! ```
 //! use bavl_store::{Options, Store};

@@ -7,7 +7,7 @@ use crate::error::{IoContext, StoreError};
 
 /// The store's metadata file: format, hash function and chunk capacity.
 pub const META_FILE: &str = "bavl.meta";
-/// The durable-version marker (see `docs/design.md` §7.4).
+/// The durable-version marker (see `docs/design.md` §8.2).
 pub const HEAD_FILE: &str = "HEAD";
 /// Suffix of files being written; left-over ones are deleted on open.
 pub const TMP_SUFFIX: &str = ".tmp";
