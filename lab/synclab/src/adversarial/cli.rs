@@ -83,6 +83,7 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         grace: args.grace,
         timeout: Duration::from_secs(args.timeout),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        provenance: super::report::provenance(),
     };
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from(if quick {

@@ -55,6 +55,9 @@ pub struct Config {
     /// A sync still running after this is killed (not ok).
     pub timeout: Duration,
     pub command: String,
+    /// Where the `bavl` measured comes from, taken before the first sync: the commit, the
+    /// files under `crates/` that differed from it, the date and the load.
+    pub provenance: Value,
 }
 
 /// One sync of a case.

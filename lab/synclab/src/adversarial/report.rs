@@ -25,9 +25,10 @@ pub fn document(cfg: &Config, honest: &[Honest], cases: &[Case], quick: bool) ->
         "command": cfg.command,
         "quick": quick,
         "machine": crate::meta::machine(),
-        "git_commit": crate::meta::git_commit(),
-        "uncommitted_changes_in_crates": uncommitted(),
-        "date": crate::meta::date(),
+        "git_commit": cfg.provenance["git_commit"],
+        "at_start": cfg.provenance,
+        "date": cfg.provenance["date"],
+        "date_end": crate::meta::date(),
         "grace_s": cfg.grace,
         "timeout_s": cfg.timeout.as_secs_f64(),
         "budget_bytes": BUDGET,
@@ -46,8 +47,17 @@ pub fn document(cfg: &Config, honest: &[Honest], cases: &[Case], quick: bool) ->
     })
 }
 
-/// The files under `crates/` that differ from the commit (the `bavl` measured may hold
-/// changes not yet committed): their paths.
+/// Where the `bavl` measured comes from: the commit, the files under `crates/` that
+/// differ from it (it may hold changes not yet committed), the date and the load.
+pub fn provenance() -> Value {
+    json!({
+        "git_commit": crate::meta::git_commit(),
+        "uncommitted_changes_in_crates": uncommitted(),
+        "date": crate::meta::date(),
+        "load_avg": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+    })
+}
+
 fn uncommitted() -> Vec<String> {
     let out = std::process::Command::new("git")
         .args(["diff", "--name-only", "HEAD", "--", "crates"])
