@@ -35,14 +35,16 @@ if [[ $browser -eq 1 ]]; then
     fi
 fi
 
-# 2. The TypeScript verifier's pinned npm packages.
+# 2. The TypeScript verifier's pinned npm packages (`npm ci` installs exactly the lock
+#    file's versions; a stamp of the lock file's hash skips it when nothing changed).
 ts="$ROOT/verifiers/ts"
-stamp="$ts/node_modules/.package-lock.json"
-if [[ -f "$stamp" ]] && cmp -s <(sed -n '/"packages"/,$p' "$ts/package-lock.json" | tail -n +3) \
-    <(sed -n '/"packages"/,$p' "$stamp" | tail -n +2); then
+stamp="$ts/node_modules/.bavl-lock-sha256"
+want="$(sha256sum "$ts/package-lock.json" | cut -d' ' -f1)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     say "npm packages of verifiers/ts already match package-lock.json"
 else
     say "npm ci in verifiers/ts"
     (cd "$ts" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$want" >"$stamp"
 fi
 say "ready"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The light-client verifiers in Go (verifiers/go) and TypeScript (verifiers/ts), and the
+# differential test that holds them and the Rust verifier to one another.
+#
+# Usage:
+#   scripts/verifiers.sh [all]   go, ts and diff below (CI)
+#   scripts/verifiers.sh go      gofmt, go vet, go test (vectors, every-byte mutants), then
+#                                each native fuzz target for GO_FUZZTIME (default 5s)
+#   scripts/verifiers.sh ts      tsc (strict) and node --test: vectors, mutants, and the
+#                                package in headless Chromium
+#   scripts/verifiers.sh diff    writes the differential corpus (valid proofs and chunks of
+#                                six trees, every-byte mutants, forged proofs from the fuzz
+#                                crate's prover) with bavl_core's verdicts, runs the Go and
+#                                TypeScript verifiers on it, and fails unless all three give
+#                                the same verdict (accept with the same result, or the same
+#                                error kind) on every case
+#
+# Needs: go, node, npm and cargo on PATH; chromium and the npm packages from
+# scripts/install-verifier-tools.sh (run it first; it is idempotent).
+# Env: GO_FUZZTIME (default 5s), DIFF_DIR (default target/verifiers-diff).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+say() { printf 'verifiers: %s\n' "$*"; }
+
+run_go() {
+    cd "$ROOT/verifiers/go"
+    local unformatted
+    unformatted="$(gofmt -l .)"
+    [[ -z "$unformatted" ]] || { say "gofmt needed: $unformatted"; exit 1; }
+    go vet ./...
+    go test -count=1 ./...
+    local fuzztime="${GO_FUZZTIME:-5s}"
+    for target in $(go test -list '^Fuzz' . | grep '^Fuzz'); do
+        say "go fuzz $target for $fuzztime"
+        go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" . >/dev/null ||
+            { go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" . | tail -30; exit 1; }
+    done
+}
+
+run_ts() {
+    cd "$ROOT/verifiers/ts"
+    [[ -d node_modules ]] || { say "npm packages missing: bash scripts/install-verifier-tools.sh"; exit 1; }
+    npx --no-install tsc -p tsconfig.json
+    npx --no-install tsc -p tsconfig.test.json
+    node --test dist/test/*.test.js
+}
+
+run_diff() {
+    local dir="${DIFF_DIR:-$ROOT/target/verifiers-diff}"
+    mkdir -p "$dir"
+    say "building the corpus generator (fuzz/examples/diff_corpus.rs)"
+    cargo build --release -q --manifest-path "$ROOT/fuzz/Cargo.toml" --no-default-features --example diff_corpus
+    "$ROOT/fuzz/target/release/examples/diff_corpus" "$dir/corpus.json" "$dir/rust.txt"
+    (cd "$ROOT/verifiers/go" && go run ./cmd/bavl-corpus "$dir/corpus.json") >"$dir/go.txt"
+    (cd "$ROOT/verifiers/ts" && npx --no-install tsc -p tsconfig.test.json &&
+        node dist/tools/corpus.js "$dir/corpus.json") >"$dir/ts.txt"
+    local cases failed=0
+    cases=$(wc -l <"$dir/rust.txt")
+    for lang in go ts; do
+        if cmp -s "$dir/rust.txt" "$dir/$lang.txt"; then
+            say "$lang agrees with rust on all $cases cases"
+        else
+            failed=1
+            say "$lang DISAGREES with rust (first differences; bases and cases in $dir/corpus.json):"
+            diff "$dir/rust.txt" "$dir/$lang.txt" | cut -c1-200 | head -20
+        fi
+    done
+    local kinds
+    kinds=$(cut -d' ' -f2,3 "$dir/rust.txt" | sed 's/^ok .*/ok/' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+    say "verdicts:$kinds"
+    if [[ $failed -eq 0 ]]; then
+        echo "verifiers: $((2 * cases)) passed, 0 failed"
+    else
+        exit 1
+    fi
+}
+
+case "${1:-all}" in
+all) (run_go) && (run_ts) && (run_diff) ;;
+go) run_go ;;
+ts) run_ts ;;
+diff) run_diff ;;
+*) sed -n '/^# Usage:/,/^# Env:/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac
