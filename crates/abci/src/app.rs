@@ -140,12 +140,9 @@ impl Node {
 
 impl Application for App {
     fn info(&self, _req: pb::RequestInfo) -> pb::ResponseInfo {
-        let mut node = self.node();
-        // A new handshake after CometBFT restarted while this process lived on: what it
-        // finalized but never committed is replayed, so it is dropped first.
-        if node.pending.is_some() {
-            crate::block::discard_uncommitted(self, &mut node);
-        }
+        // The last *committed* height, even between FinalizeBlock and Commit: Info is also
+        // how RPC's abci_info reads the app, on the query connection, at any time.
+        let node = self.node();
         pb::ResponseInfo {
             data: "bavl".into(),
             version: env!("CARGO_PKG_VERSION").into(),

@@ -6,9 +6,10 @@
 //! - `other-height`: bundle `i` of another retained snapshot (of the next bundle of the
 //!   same one when only one is retained);
 //! - `truncated`: each bundle cut to half its length;
-//! - `forged`: advertises, instead of the honest snapshot, one of a different state (the
-//!   honest one plus a key) at the same height whose metadata, hash and chunks are all
-//!   consistent with each other; only its root differs from the chain's app hash.
+//! - `forged`: advertises, instead of the honest snapshots, snapshots of a different state
+//!   (the true one plus a key) one height after each snapshot height, so a joiner (which
+//!   tries the newest first) is offered a forgery first; their metadata, hash and chunks
+//!   are all consistent with each other, only their root is not the chain's app hash.
 
 use std::fmt;
 use std::str::FromStr;

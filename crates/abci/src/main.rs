@@ -57,6 +57,10 @@ struct ServeArgs {
     /// Chunk capacity of a new store: the same on every node of a chain.
     #[arg(long)]
     capacity: Option<u32>,
+    /// The size a snapshot's ABCI chunk (a bundle of bavl chunks) aims at, in bytes: the
+    /// same on every node of a chain, or each serves a snapshot of its own.
+    #[arg(long, default_value_t = bavl_abci::snapshot::TARGET_BUNDLE_BYTES)]
+    bundle_bytes: u64,
     /// TESTS ONLY: serve lying snapshots (wrong-bytes, other-height, truncated, forged).
     #[arg(long)]
     byzantine: Option<Lie>,
@@ -113,6 +117,7 @@ fn serve(a: ServeArgs) -> Result<()> {
     cfg.snapshot_interval = a.snapshot_interval;
     cfg.snapshot_keep = a.snapshot_keep;
     cfg.store.capacity = a.capacity;
+    cfg.bundle_bytes = a.bundle_bytes.max(1);
     cfg.byzantine = a.byzantine;
     if let Some(lie) = a.byzantine {
         tracing::warn!(%lie, "BYZANTINE TEST MODE: this node serves lying snapshot chunks");
@@ -172,12 +177,57 @@ fn load(a: LoadArgs) -> Result<()> {
     if ok == 0 && a.txs > 0 {
         bail!("no transaction was accepted");
     }
+    let height = confirm(&a.rpc[0], a.seed, a.txs)?;
+    println!("committed: marker at height {height}, its membership proof verified against the app hash in header {}", height + 1);
     Ok(())
+}
+
+/// Submits a marker transaction, waits until it is committed, and verifies its
+/// membership proof against the app hash the next header carries.
+fn confirm(rpc: &str, seed: u64, txs: u64) -> Result<u64> {
+    let key = format!("load-done-{seed}").into_bytes();
+    let value = format!("{txs}").into_bytes();
+    let path = format!("/broadcast_tx_sync?tx=0x{}", hex::encode(Tx::set(&key, &value).encode()));
+    let r = bavl_abci::rpc::get(rpc, &path)?;
+    if r["code"].as_u64() != Some(0) {
+        bail!("the marker transaction was refused: {r}");
+    }
+    let start = Instant::now();
+    let (height, proof) = loop {
+        let (h, v, kind, proof) = bavl_abci::rpc::query_key(rpc, &key)?;
+        if v.as_deref() == Some(&value[..]) && kind == bavl_abci::query::OP_MEMBERSHIP {
+            break (h, proof);
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!("the marker transaction was not committed within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The state after block `height` is committed to by header `height + 1`.
+    let header_hash = loop {
+        match bavl_abci::rpc::block_hashes(rpc, height + 1) {
+            Ok((_, app_hash)) => break app_hash,
+            Err(_) if start.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let root: [u8; 32] = hex::decode(&header_hash)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .with_context(|| format!("app hash {header_hash:?} is not 32 bytes of hex"))?;
+    let _verified = bavl_core::verify_membership::<bavl_core::Sha256>(&root, &key, &value, &proof)
+        .context("the marker's proof does not verify against the header's app hash")?;
+    Ok(height)
 }
 
 fn status(rpc: &str, height: Option<u64>) -> Result<()> {
     let latest = bavl_abci::rpc::latest_height(rpc).with_context(|| format!("asking {rpc}"))?;
     println!("latest_height={latest}");
+    let (app_height, app_hash) =
+        bavl_abci::rpc::app_info(rpc).with_context(|| format!("asking {rpc}"))?;
+    println!("app_height={app_height}\napp_hash_own={}", hex::encode(app_hash));
     if let Some(h) = height {
         let (hash, app) =
             bavl_abci::rpc::block_hashes(rpc, h).with_context(|| format!("asking {rpc}"))?;

@@ -58,6 +58,24 @@ fn a_new_handshake_drops_a_finalized_uncommitted_block() {
 }
 
 #[test]
+fn info_between_finalize_and_commit_changes_nothing() {
+    // RPC's abci_info asks the app at any time, on the query connection.
+    let home = temp_home("info-mid-block");
+    let app = App::open(config(&home, 0)).unwrap();
+    init(&app);
+    let mut model = tree16();
+    run_blocks(&[&app], &mut model, 1, 2, 2);
+    let committed = model.root_hash().to_vec();
+    let block = block_txs(3, 2);
+    let want = model_apply(&mut model, &block);
+    assert_eq!(&finalize(&app, 3, &block).app_hash[..], &want[..]);
+    assert_eq!(info(&app), (2, committed));
+    app.commit();
+    assert_eq!(info(&app), (3, want.to_vec()));
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+#[test]
 fn check_tx_and_proposals_refuse_malformed_transactions() {
     let home = temp_home("checktx");
     let app = App::open(config(&home, 0)).unwrap();

@@ -113,13 +113,16 @@ fn offers_are_checked_against_the_trusted_app_hash() {
     let joiner = App::open(config(&home, 5)).unwrap();
     // The forged snapshot is self-consistent: same height, its hash matches its metadata,
     // its chunks verify against its own root. Only that root is not the chain's.
+    // The forgery is one height newer, so that CometBFT offers it first.
     let forged = newest(&liar);
     let honest_s = newest(&honest);
-    assert_eq!(forged.height, honest_s.height);
-    assert_ne!(forged.hash, honest_s.hash);
+    assert_eq!(forged.height, honest_s.height + 1);
+    let heights: Vec<u64> = liar.list_snapshots().snapshots.iter().map(|s| s.height).collect();
+    assert_eq!(heights, vec![6, 11]);
     let meta = bavl_abci::snapshot::Metadata::decode(&forged.metadata).unwrap();
     assert_eq!(&meta.hash(forged.height)[..], &forged.hash[..]);
-    assert_eq!(offer(&joiner, &forged, app_hash_at(&trusted)), OfferResult::Reject as i32);
+    let trusted_11 = model_at(11).root_hash();
+    assert_eq!(offer(&joiner, &forged, app_hash_at(&trusted_11)), OfferResult::Reject as i32);
     let mut own = bavl_abci::restore::Restoring::offer(
         forged.height,
         forged.format,
