@@ -31,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
         ..Options::default()
     };
     let budget = opts.max_buffered_bytes;
+    let max_in_flight = opts.max_in_flight as usize;
     let mut s = Syncer::<Sha256>::new(f.root, VERSION, opts).unwrap();
     let manifest = Manifest::from_snapshot(VERSION, &f.snap).to_json();
     let honest = |req: &Request| -> Result<Vec<u8>, FailureKind> {
@@ -47,6 +48,7 @@ fuzz_target!(|data: &[u8]| {
     // Carries out the syncer's actions; true once it said `Done`.
     let drain = |s: &mut Syncer<Sha256>, flights: &mut Vec<Request>, jobs: &mut Vec<VerifyJob>| {
         assert!(s.buffered() <= budget, "buffered {} over the budget", s.buffered());
+        assert!(s.in_flight() <= max_in_flight, "{} requests in flight", s.in_flight());
         let mut done = false;
         while let Some(a) = s.poll_action() {
             match a {
@@ -116,6 +118,7 @@ fuzz_target!(|data: &[u8]| {
                     FailureKind::Http(403),
                     FailureKind::Malformed,
                     FailureKind::Transport,
+                    FailureKind::Truncated,
                 ];
                 s.handle(
                     now,

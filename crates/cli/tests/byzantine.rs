@@ -103,7 +103,9 @@ enum Expect {
     Banned(&'static [&'static str]),
     /// Banned, the reason containing one of these; or, if the sync did not wait long
     /// enough for the lie to show (a liar that has not proved itself never holds work an
-    /// idle honest source could do: `docs/sync-protocol.md` §5), dropped as unproductive.
+    /// idle honest source could do: `docs/sync-protocol.md` §5), dropped as unproductive,
+    /// or (a sync too short to tell it from a slightly slow source) still live. Nothing
+    /// is accepted from it either way.
     Slow(&'static [&'static str]),
     /// Dropped (not banned), the reason containing this.
     Dropped(&'static str),
@@ -147,7 +149,7 @@ fn check_liar(kind: Byzantine, s: &Value) {
         Expect::Slow(any) => {
             let banned = s["health"] == "banned" && any.iter().any(|w| reason.contains(w));
             let outrun = s["health"] == "dropped" && reason.contains("unproductive");
-            assert!(banned || outrun, "{kind}: {s}");
+            assert!(banned || outrun || s["health"] == "live", "{kind}: {s}");
         }
     }
     // Its chunks are all lies, except those of the two that lie only in their manifests:
@@ -230,11 +232,15 @@ fn every_kind_of_liar_at_once_beside_one_honest_source() {
         }
     }
     assert_eq!(sources[13]["health"], "live", "the honest source: {s}");
-    // Every liar but the 5xx one is banned, or (a staller or trickler the sync did not
-    // wait for) dropped as unproductive.
-    let slow =
-        sources.iter().filter(|x| x["reason"].as_str().unwrap_or("").contains("unproductive"));
-    assert_eq!(s["banned"].as_u64().unwrap() + slow.count() as u64, 12, "{s}");
+    // Every liar but the 5xx one is banned, or (a staller, trickler or redirect loop the
+    // sync did not wait for) dropped as unproductive or left live with nothing accepted.
+    let slow = |x: &Value| {
+        x["health"] == "live" || x["reason"].as_str().unwrap_or("").contains("unproductive")
+    };
+    let liars = Byzantine::CLASSIC.into_iter().zip(sources);
+    let unjudged = liars.filter(|(k, x)| *k != Byzantine::HttpError && slow(x)).count() as u64;
+    assert!(unjudged <= 3, "{s}");
+    assert_eq!(s["banned"].as_u64().unwrap() + unjudged, 12, "{s}");
     setup.check_synced();
 }
 

@@ -7,6 +7,8 @@
 //! source holds nothing (its requests are cancelled and its manifest released); a chunk
 //! is queued at most once and only while nothing else will bring it.
 
+use std::time::Duration;
+
 use bavl_core::{Hasher, VerifiedChunk};
 
 use crate::error::{BanReason, DropReason, ManifestError, SyncError};
@@ -143,11 +145,17 @@ impl<H: Hasher> Syncer<H> {
         }
     }
 
-    /// Chunk `index`, asked of the winner at `sent`, verified: its other copies are
-    /// cancelled, and each source that had been asked for it earlier was outrun.
-    pub(crate) fn cancel_copies(&mut self, index: u64, sent: std::time::Duration) {
-        let earlier = |f: &&Flight| f.want == Want::Chunk(index) && f.sent < sent;
-        for f in self.flights.values().filter(earlier) {
+    /// Chunk `index`, asked of the winner at `sent` and answered in `rtt`, verified: its
+    /// other copies are cancelled, and each source that had been asked for it earlier and
+    /// has not answered for longer than four of the winner's round trips and 100 ms was
+    /// outrun (a source only a little slower than the winner was not).
+    pub(crate) fn cancel_copies(&mut self, index: u64, sent: Duration, rtt: Duration) {
+        let now = self.now;
+        let patience = rtt * 4 + Duration::from_millis(100);
+        let outrun = |f: &&Flight| {
+            f.want == Want::Chunk(index) && f.sent < sent && now.saturating_sub(f.sent) > patience
+        };
+        for f in self.flights.values().filter(outrun) {
             self.sources[f.source.0 as usize].outrun += 1;
         }
         self.cancel_chunks(|i| i == index);

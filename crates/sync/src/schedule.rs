@@ -212,13 +212,15 @@ impl<H: Hasher> Syncer<H> {
     /// flight: what an unproven source's shares are computed from.
     fn crowd(&self) -> Crowd {
         let unproven = self.sources.iter().filter(|s| s.is_live() && !s.proven());
-        let (n, flights) = unproven.fold((0u32, 0u32), |(n, f), s| (n + 1, f + s.in_flight));
-        Crowd { n: n.max(1), flights, share: self.unproven_share() }
+        let (n, flights, reserved) = unproven
+            .fold((0u32, 0u32, 0u64), |(n, f, r), s| (n + 1, f + s.in_flight, r + s.reserved));
+        Crowd { n: n.max(1), flights, reserved, share: self.unproven_share() }
     }
 
     /// Whether `source` may be sent one more request of `limit` bytes: within the total
     /// of requests in flight and the budget; an unproven source also within its share of
-    /// the half of both that unproven sources may hold together.
+    /// the half of both that unproven sources may hold together, and within that half
+    /// (its first chunk request excepted for the count: every source gets one).
     fn may_send(&self, source: SourceId, limit: u64, crowd: &Crowd) -> bool {
         let src = &self.sources[source.0 as usize];
         let total = self.opts.max_in_flight;
@@ -228,10 +230,12 @@ impl<H: Hasher> Syncer<H> {
         if src.proven() {
             return true;
         }
+        let half = self.opts.max_buffered_bytes / 2;
         let per_source = (total / 2 / crowd.n).max(2);
-        crowd.flights < total / 2
+        (crowd.flights < total / 2 || !src.probed)
             && src.in_flight < per_source
             && src.reserved + limit <= crowd.share
+            && crowd.reserved + limit <= half
     }
 
     /// The size `source` would be asked chunk `index` at, and whether it is a guess, if it
@@ -256,7 +260,10 @@ impl<H: Hasher> Syncer<H> {
             None if early && !self.slots[index as usize].big => {
                 let mut guess = self.opts.early_limit.min(self.opts.max_chunk_bytes);
                 if !src.proven() {
-                    guess = guess.min(crowd.share.saturating_sub(src.reserved));
+                    let half = self.opts.max_buffered_bytes / 2;
+                    guess = guess
+                        .min(crowd.share.saturating_sub(src.reserved))
+                        .min(half.saturating_sub(crowd.reserved));
                 }
                 (guess, true)
             }
@@ -391,6 +398,8 @@ struct Crowd {
     n: u32,
     /// Their requests in flight.
     flights: u32,
+    /// The budget they hold.
+    reserved: u64,
     /// Each one's share of the budget.
     share: u64,
 }

@@ -210,11 +210,23 @@ impl<H: Hasher> Syncer<H> {
 
     /// Adds a source; it is asked for its manifest at once.
     pub fn add_source(&mut self, now: Duration) -> SourceId {
+        self.add_sources(now, 1)[0]
+    }
+
+    /// Adds `n` sources at once; they are asked for their first chunks and manifests
+    /// together, each getting its share. Prefer it to `n` calls of
+    /// [`Syncer::add_source`] when the sources are known together: sources added one by
+    /// one let the first ones take more than the later ones' shares until they answer
+    /// (a crowd of silent ones added first then holds the half of the budget and of
+    /// `max_in_flight` that unproven sources may hold, until the grace period judges it).
+    pub fn add_sources(&mut self, now: Duration, n: u32) -> Vec<SourceId> {
         self.now = self.now.max(now);
-        let id = SourceId(self.sources.len() as u32);
-        self.sources.push(Source::new(self.opts.initial_window, self.opts.max_window));
+        let first = self.sources.len() as u32;
+        for _ in 0..n {
+            self.sources.push(Source::new(self.opts.initial_window, self.opts.max_window));
+        }
         self.pump(now);
-        id
+        (first..first + n).map(SourceId).collect()
     }
 
     /// Feeds one event.

@@ -97,9 +97,8 @@ pub fn download(
     let client = Arc::new(Client::new(cfg.connect_timeout));
     let sources = Arc::new(cfg.sources.clone());
     let epoch = Instant::now();
-    for _ in &cfg.sources {
-        syncer.add_source(epoch.elapsed());
-    }
+    // All at once: each gets its share of the first round (see `Syncer::add_sources`).
+    syncer.add_sources(epoch.elapsed(), cfg.sources.len() as u32);
     let max_threads = cfg.options.max_in_flight as usize + 16;
     let mut fetchers =
         Fetchers::new(client.clone(), sources.clone(), epoch, tx.clone(), max_threads);

@@ -51,7 +51,10 @@ fn run_with(liars: &[Behaviour], seed: u64) -> Vec<Health> {
     let mut tree = s.syncer.finish().unwrap();
     assert_eq!(tree.root_hash(), root);
     let honest = &reports[liars.len()..];
-    assert!(honest.iter().all(|r| r.health == Health::Live), "honest sources stay live");
+    assert!(
+        honest.iter().all(|r| r.health == Health::Live),
+        "honest sources stay live: {honest:?}"
+    );
     reports[..liars.len()].iter().map(|r| r.health.clone()).collect()
 }
 

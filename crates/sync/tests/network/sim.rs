@@ -218,6 +218,14 @@ impl Sim {
         self.syncer.add_source(self.now)
     }
 
+    /// Adds several sources at once (`Syncer::add_sources`), as a transport that knows
+    /// them together does.
+    pub fn add_all(&mut self, sources: Vec<SimSource>) -> Vec<SourceId> {
+        let n = sources.len() as u32;
+        self.sources.extend(sources);
+        self.syncer.add_sources(self.now, n)
+    }
+
     /// Runs until the syncer is done or failed; panics if it gets stuck.
     pub fn run(&mut self) -> Log {
         for _step in 0..2_000_000 {
