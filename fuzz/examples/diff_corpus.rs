@@ -9,9 +9,10 @@
 //! two larger trees), valid proofs offered with wrong inputs, and forged proofs from the
 //! `forge` target's independent prover (`src/forge.rs`): the real tree with any pattern of
 //! expanded subtrees, leaf runs and leaf kinds, so they hash to the true root and reach
-//! the kind rules. Cases are bases as they are or mutated: every byte flipped, every
-//! truncation, one byte appended. The file format is `docs/verifiers.md`'s; each verdict
-//! line is `CASE ok SUMMARY` or `CASE err KIND` (`docs/design.md` §3).
+//! the kind rules. Cases are bases as they are or mutated: every byte flipped and set to a
+//! small value (0..=4), every truncation, one byte appended. The file format is in
+//! `docs/verifiers.md`; each verdict line is `CASE ok SUMMARY` or `CASE err KIND`
+//! (`docs/design.md` §3).
 
 use std::fmt::Write as _;
 use std::ops::Bound;
@@ -232,7 +233,12 @@ fn valid_bases(t: &T, out: &mut Vec<Base>) {
 fn forged_bases(t: &T, rng: &mut Rng, count: usize, out: &mut Vec<Base>) {
     let n = t.entries.len() as u64;
     for f in 0..count {
-        let choices: Vec<u8> = (0..64).map(|_| rng.next_u64() as u8).collect();
+        // Sparse choices: mostly the honest (zero) choice, so that most forgeries differ from
+        // the honest proof in one or two places and reach the later kind rules.
+        let density = [0, 8, 4, 2][f % 4];
+        let choices: Vec<u8> = (0..64)
+            .map(|_| if density > 0 && rng.below(density) == 0 { rng.next_u64() as u8 } else { 0 })
+            .collect();
         let kind = [1u8, 2, 3][f % 3];
         let pick = |rng: &mut Rng| if n == 0 { 0 } else { rng.below(n) as usize };
         let (q, run, inside) = match kind {
@@ -306,7 +312,7 @@ fn forged_bases(t: &T, rng: &mut Rng, count: usize, out: &mut Vec<Base>) {
 }
 
 /// Every case: bases as they are, and the mutants of the valid ones of at most `limit`
-/// bytes (every byte flipped, every truncation, one byte appended).
+/// bytes (every byte flipped and set to a small value, every truncation, one byte appended).
 fn cases(bases: &[Base], mutate: &[bool], limit: usize) -> Vec<Case> {
     let mut out = Vec::new();
     for (b, base) in bases.iter().enumerate() {
@@ -316,6 +322,12 @@ fn cases(bases: &[Base], mutate: &[bool], limit: usize) -> Vec<Case> {
         }
         for at in 0..base.proof.len() {
             out.push(Case::Flip(b, at, 1 << (at % 8)));
+            // A small value (a tag, a short length or count) in its place, a fault the
+            // specification's order of checks must classify the same everywhere.
+            let set = (at % 5) as u8;
+            if base.proof[at] != set {
+                out.push(Case::Flip(b, at, base.proof[at] ^ set));
+            }
         }
         out.extend((0..base.proof.len()).map(|len| Case::Truncate(b, len)));
         out.push(Case::Append(b, 0));
