@@ -246,3 +246,41 @@ fn a_stalled_body_is_banned_after_the_grace() {
     );
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
 }
+
+/// Threads of this process named `name` (Linux: `/proc/self/task/*/comm`).
+fn threads_named(name: &str) -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == name)
+        .count()
+}
+
+#[test]
+fn fetch_threads_stay_within_max_in_flight_whatever_the_sources() {
+    // 40 stallers beside one honest source, at most 8 requests in flight: the fetch pool
+    // never grows past 8 + 16 threads (it grew by one per stalled request before).
+    let snap = snapshot(3000);
+    let catalog = Catalog::new();
+    catalog.publish(3, snap.clone());
+    let honest = Server::bind("127.0.0.1:0", catalog).unwrap().spawn().unwrap();
+    let mut sources: Vec<BaseUrl> =
+        (0..40).map(|_| BaseUrl::parse(&liar(snap.clone(), 3, Lie::Stall)).unwrap()).collect();
+    sources.push(BaseUrl::parse(&honest.url()).unwrap());
+    let max_in_flight = 8;
+    let cfg = SyncConfig {
+        sources,
+        options: Options { max_in_flight, ..options() },
+        verify_threads: 1,
+        resume: None,
+        connect_timeout: Duration::from_secs(2),
+    };
+    let mut most = 0;
+    let mut done = http::download(snap.root_hash(), 3, &cfg, &mut |_, _, _| {
+        most = most.max(threads_named("bavl-fetch"));
+    })
+    .unwrap();
+    assert_eq!(done.tree.root_hash(), snap.root_hash());
+    assert!(most > 0, "the fetch threads were seen");
+    assert!(most <= max_in_flight as usize + 16, "{most} fetch threads");
+}
