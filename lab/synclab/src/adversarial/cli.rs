@@ -47,6 +47,10 @@ pub struct Args {
     /// The JSON document (default docs/results/sync-adversarial.json; quick OUT/...).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// List the honest source first on `bavl sync`'s command line, before the liars
+    /// (default: last, after them).
+    #[arg(long)]
+    pub honest_first: bool,
     /// Exit 1 also when a case is over a bound or a delaying liar ends live, not only when
     /// a sync fails.
     #[arg(long)]
@@ -83,6 +87,7 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         grace: args.grace,
         timeout: Duration::from_secs(args.timeout),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        honest_first: args.honest_first,
         provenance: super::report::provenance(),
     };
     let out = args.out.clone().unwrap_or_else(|| {

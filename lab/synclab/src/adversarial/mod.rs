@@ -55,6 +55,9 @@ pub struct Config {
     /// A sync still running after this is killed (not ok).
     pub timeout: Duration,
     pub command: String,
+    /// The honest source first on `bavl sync`'s command line (the liars after it) instead
+    /// of last.
+    pub honest_first: bool,
     /// Where the `bavl` measured comes from, taken before the first sync: the commit, the
     /// files under `crates/` that differed from it, the date and the load.
     pub provenance: Value,
@@ -153,7 +156,8 @@ fn run_size(cfg: &Config, keys: u64) -> Result<(Honest, Vec<Case>)> {
     for &kind in &cfg.kinds {
         for &n in cfg.liars.iter().filter(|&&n| n > 0) {
             let (crowd, mut urls) = child::crowd(&cfg.exe, kind.name(), n, &export)?;
-            urls.push(url.clone());
+            let at = if cfg.honest_first { 0 } else { urls.len() };
+            urls.insert(at, url.clone());
             let r = sync_once(cfg, &info, &urls)?;
             drop(crowd);
             let c = case(cfg, &honest, kind.name(), n, &r);
@@ -239,14 +243,17 @@ fn sync_once(cfg: &Config, info: &StateInfo, peers: &[String]) -> Result<Run> {
 fn case(cfg: &Config, honest: &Honest, kind: &str, liars: usize, r: &Run) -> Case {
     let time_bound_s = 3.0 * honest.median_s + cfg.grace;
     let memory_bound_bytes = honest.median_peak_rss_bytes + BUDGET;
-    let liar_health = &r.sources[..liars.min(r.sources.len())];
+    // The honest source is first or last; the liars are the others.
+    let at = if cfg.honest_first { 0 } else { liars };
+    let liar_health: Vec<&(String, String)> =
+        r.sources.iter().enumerate().filter(|&(j, _)| j != at).map(|(_, h)| h).collect();
     let count = |h: &str| liar_health.iter().filter(|(x, _)| x == h).count();
     let mut reasons = BTreeMap::new();
-    for (h, why) in liar_health {
+    for (h, why) in &liar_health {
         let key = format!("{h}: {}", without_numbers(why));
         *reasons.entry(key.trim_end_matches(": ").to_string()).or_insert(0) += 1;
     }
-    let honest_live = r.sources.get(liars).is_some_and(|(h, _)| h == "live");
+    let honest_live = r.sources.get(at).is_some_and(|(h, _)| h == "live");
     let over_time = !r.ok || r.seconds > time_bound_s;
     Case {
         keys: honest.keys,

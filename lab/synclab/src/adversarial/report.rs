@@ -30,6 +30,7 @@ pub fn document(cfg: &Config, honest: &[Honest], cases: &[Case], quick: bool) ->
         "date": cfg.provenance["date"],
         "date_end": crate::meta::date(),
         "grace_s": cfg.grace,
+        "honest_source_listed": if cfg.honest_first { "first" } else { "last" },
         "timeout_s": cfg.timeout.as_secs_f64(),
         "budget_bytes": BUDGET,
         "capacity": CAPACITY,
