@@ -117,7 +117,9 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
         Ok(v) => v,
         Err(e) => panic!("committing height {height}: {e}"),
     };
-    debug_assert_eq!(version, height);
+    if version != height {
+        panic!("committed version {version} for height {height}: the store and the chain disagree");
+    }
     let interval = app.cfg().snapshot_interval;
     // A forging liar advertises its forgeries one height after each snapshot height, so
     // that a joiner, which tries the newest snapshot first, is offered a forgery first.
