@@ -27,7 +27,8 @@ export interface VCase {
   value?: string;
   lo?: VBound;
   hi?: VBound;
-  index?: number;
+  /** A number in the vectors, a decimal string in the differential corpus. */
+  index?: number | string;
   proof?: string;
   bytes?: string;
   entries?: VEntry[];

@@ -7,59 +7,36 @@
  * Usage: node dist/tools/corpus.js CORPUS.json > VERDICTS.txt
  */
 import { readFileSync, writeSync } from "node:fs";
-import {
-  type Bound,
-  type Entry,
-  kindOf,
-  verifyAbsence,
-  verifyChunk,
-  verifyMembership,
-  verifyRange,
-} from "../src/index.js";
-import { type VBound, bound, hex, unhex } from "../test/cases.js";
+import type { Absence, Chunk, Entry, Membership, Range } from "../src/index.js";
+import { type VCase, hex, run, unhex } from "../test/cases.js";
 
-interface Base {
-  kind: string;
-  root: string;
-  key?: string;
-  value?: string;
-  lo?: VBound;
-  hi?: VBound;
-  index?: string;
-  proof: string;
-}
+type Base = VCase & { kind: string; root: string; proof: string };
 
 type Case = [number, "asis"] | [number, "flip", number, number] | [number, "truncate" | "append", number];
 
 const entries = (es: Entry[]): string => es.map((e) => `${hex(e.key)}:${hex(e.value)}`).join(",");
 
+/** The verdict line's text: what the verifier established, or the error kind. */
 function verdict(b: Base, root: Uint8Array, proof: Uint8Array): string {
-  try {
-    switch (b.kind) {
-      case "membership": {
-        const m = verifyMembership(root, unhex(b.key), unhex(b.value), proof);
-        return `ok index=${m.index} keys=${m.keyCount}`;
-      }
-      case "absence":
-        return `ok keys=${verifyAbsence(root, unhex(b.key), proof).keyCount}`;
-      case "range": {
-        const r = verifyRange(root, bound(b.lo) as Bound, bound(b.hi) as Bound, proof);
-        return `ok keys=${r.keyCount} entries=${entries(r.entries)}`;
-      }
-      case "chunk": {
-        const c = verifyChunk(root, BigInt(b.index ?? "x"), proof);
-        return (
-          `ok index=${c.index} chunks=${c.chunkCount} keys=${c.keyCount} before=${c.keysBefore} ` +
-          `height=${c.keyHeight} capacity=${c.capacity} entries=${entries(c.entries)}`
-        );
-      }
+  const r = run(root, b.kind, b, proof);
+  if ("err" in r) return `err ${r.err}`;
+  switch (b.kind) {
+    case "membership": {
+      const m = r.ok as Membership;
+      return `ok index=${m.index} keys=${m.keyCount}`;
     }
-  } catch (e) {
-    const k = kindOf(e);
-    if (k === undefined) throw e;
-    return `err ${k}`;
+    case "absence":
+      return `ok keys=${(r.ok as Absence).keyCount}`;
+    case "range": {
+      const g = r.ok as Range;
+      return `ok keys=${g.keyCount} entries=${entries(g.entries)}`;
+    }
   }
-  throw new Error(`unknown kind ${b.kind}`);
+  const c = r.ok as Chunk;
+  return (
+    `ok index=${c.index} chunks=${c.chunkCount} keys=${c.keyCount} before=${c.keysBefore} ` +
+    `height=${c.keyHeight} capacity=${c.capacity} entries=${entries(c.entries)}`
+  );
 }
 
 function mutate(c: Case, proof: Uint8Array): Uint8Array {
