@@ -33,7 +33,7 @@ use crate::state::{self, StateInfo};
 
 /// The client's default buffer budget (`bavl_sync::Options::max_buffered_bytes`).
 pub const BUDGET: u64 = 128 << 20;
-/// Chunk capacity of the states (Workload A at 64 pairs per chunk: 3,587 chunks at 200k).
+/// Chunk capacity of the states (Workload A at 64 pairs per chunk: 3,532 chunks at 200k).
 pub const CAPACITY: u32 = 64;
 
 /// What to run.
