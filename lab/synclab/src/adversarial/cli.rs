@@ -51,6 +51,10 @@ pub struct Args {
     /// (default: last, after them).
     #[arg(long)]
     pub honest_first: bool,
+    /// A note recorded in the JSON (e.g. which build of `bavl` is measured when --bavl
+    /// names another one than this tree's).
+    #[arg(long)]
+    pub note: Option<String>,
     /// Exit 1 also when a case is over a bound or a delaying liar ends live, not only when
     /// a sync fails.
     #[arg(long)]
@@ -88,7 +92,7 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         timeout: Duration::from_secs(args.timeout),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         honest_first: args.honest_first,
-        provenance: super::report::provenance(),
+        provenance: super::report::provenance(args.note.as_deref()),
     };
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from(if quick {

@@ -50,8 +50,9 @@ pub fn document(cfg: &Config, honest: &[Honest], cases: &[Case], quick: bool) ->
 
 /// Where the `bavl` measured comes from: the commit, the files under `crates/` that
 /// differ from it (it may hold changes not yet committed), the date and the load.
-pub fn provenance() -> Value {
+pub fn provenance(note: Option<&str>) -> Value {
     json!({
+        "note": note,
         "git_commit": crate::meta::git_commit(),
         "uncommitted_changes_in_crates": uncommitted(),
         "date": crate::meta::date(),
