@@ -10,7 +10,7 @@ use crate::checkpoint;
 use crate::error::StoreError;
 use crate::meta::{self, checkpoint_name, wal_name, Meta};
 use crate::open::Listing;
-use crate::wal::{Next, SegmentReader};
+use crate::wal::{self, Next, SegmentReader};
 
 /// Blames `bavl.meta` when it disagrees on the chunk capacity with every data file (the
 /// newest checkpoint and every log segment whose header reads), which agree among
@@ -29,9 +29,12 @@ pub(crate) fn check_capacity(
     }
     for &first in &l.segments {
         let name = wal_name(first);
+        // The header only (the reader would otherwise buffer a MiB of records).
+        let header = wal::SEGMENT_HEADER_LEN;
         let Ok(len) = backend.file_len(&name) else { continue };
         let Ok(r) = backend.open_read(&name) else { continue };
-        if let Ok(Some(seg)) = SegmentReader::open(r, &name, len) {
+        let r: Box<dyn std::io::Read + Send> = Box::new(std::io::Read::take(r, header));
+        if let Ok(Some(seg)) = SegmentReader::open(r, &name, len.min(header)) {
             seen.push((name, seg.capacity));
         }
     }

@@ -323,6 +323,11 @@ fn snapshots_are_read_concurrently_and_old_files_go() {
         assert_eq!(store.commit().unwrap().1, roots[v as usize]);
     }
     assert!(reader.join().unwrap() > 0);
+    // The commits started automatic checkpoints: one finished, or one still running (a
+    // paced checkpoint at nice 10 may outlast the 40 commits on a loaded machine).
+    let auto =
+        store.checkpoint_running().is_some() || store.stats().unwrap().checkpoints_written > 0;
+    assert!(auto, "no automatic checkpoint in 40 commits");
     // Starts one, unless an automatic one is still running.
     let started = store.checkpoint().unwrap();
     let running = store.checkpoint_running();
@@ -331,7 +336,7 @@ fn snapshots_are_read_concurrently_and_old_files_go() {
     let report = store.wait_checkpoint().unwrap().expect("a checkpoint ran");
     assert_eq!(store.checkpoint_running(), None);
     assert_eq!(store.last_checkpoint_report().map(|r| r.version), Some(report.version));
-    assert!(store.stats().unwrap().checkpoints_written >= 2);
+    assert!(store.stats().unwrap().checkpoints_written >= 1);
     drop(store);
 
     // Without automatic ones (whose timing would decide which files are there): a
