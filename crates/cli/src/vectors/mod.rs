@@ -7,6 +7,7 @@
 //! deterministic, so `--check` can compare the file on disk with a fresh generation.
 
 mod record;
+mod rules;
 mod trees;
 
 use std::path::Path;

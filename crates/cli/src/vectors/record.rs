@@ -2,18 +2,17 @@
 //! `bavl_core`'s verifiers, and its expected results checked before it is written down;
 //! each negative vector is checked to be rejected.
 
-use std::ops::Bound;
-
 use anyhow::{ensure, Context, Result};
 use bavl_core::{
     verify_absence, verify_chunk, verify_membership, verify_range, Digest, Sha256, Snapshot,
 };
 
+use super::rules;
 use super::trees::{Op, Spec};
 use super::{Absence, BoundJson, Chunk, Entry, Membership, Negative, OpJson, Range, TreeVectors};
 use crate::verify::{check, Kind, OwnedBound, Query};
 
-type Entries = [(Vec<u8>, Vec<u8>)];
+pub(super) type Entries = [(Vec<u8>, Vec<u8>)];
 
 fn entry((k, v): &(Vec<u8>, Vec<u8>)) -> Entry {
     Entry { key: hex::encode(k), value: hex::encode(v) }
@@ -227,7 +226,7 @@ fn reject(root: &Digest, description: String, q: Query, proof: Vec<u8>) -> Resul
 }
 
 /// [`reject`], checking that the rejection is of the error kind `kind`.
-fn reject_as(
+pub(super) fn reject_as(
     kind: &str,
     root: &Digest,
     description: String,
@@ -239,7 +238,7 @@ fn reject_as(
     Ok(n)
 }
 
-fn query(kind: Kind, key: &[u8], value: &[u8]) -> Query {
+pub(super) fn query(kind: Kind, key: &[u8], value: &[u8]) -> Query {
     Query { key: key.to_vec(), value: value.to_vec(), ..Query::new(kind) }
 }
 
@@ -280,89 +279,13 @@ fn negatives(
         ap,
     )?);
     out.extend(range_negatives(snap, entries)?);
-    out.extend(boundary_negatives(snap, entries)?);
-    out.extend(input_negatives(snap, entries, &mp)?);
+    out.extend(rules::boundary_negatives(snap, entries)?);
+    out.extend(rules::input_negatives(snap, entries, &mp)?);
+    if n == 1 {
+        out.extend(rules::decoder_bound_negatives(&root)?);
+    }
     out.extend(chunk_negatives(snap, previous, &mp)?);
     Ok(out)
-}
-
-/// Proofs that cover a range but carry a boundary leaf too many (`docs/design.md` §3,
-/// minimal boundary): both are the proof of `(Excluded(a), Included(a))`, the key `a` and
-/// its successor, offered for ranges whose proof is `a` alone.
-fn boundary_negatives(snap: &Snapshot, entries: &Entries) -> Result<Vec<Negative>> {
-    let (root, n) = (snap.root_hash(), entries.len());
-    if n < 2 {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for (i, what) in [(n / 2, "a middle key"), (0, "the first key")] {
-        let a = &entries[i].0;
-        let proof = snap.prove_range(Bound::Excluded(a), Bound::Included(a))?;
-        let q = Query {
-            lo: OwnedBound::Excluded(a.clone()),
-            hi: OwnedBound::Excluded(a.clone()),
-            ..Query::new(Kind::Range)
-        };
-        let description = format!(
-            "range (excluded {what}, excluded {what}) proved by the key and its successor \
-             (not minimal: the key alone is the proof)"
-        );
-        out.push(reject_as("Structure", &root, description, q, proof)?);
-    }
-    let first = &entries[0].0;
-    if first.as_slice() > [0u8].as_slice() {
-        let proof = snap.prove_range(Bound::Excluded(first), Bound::Included(first))?;
-        let q = Query {
-            lo: OwnedBound::Included(vec![0]),
-            hi: OwnedBound::Included(vec![0]),
-            ..Query::new(Kind::Range)
-        };
-        let description = "range [00, 00] below every key proved by the first two keys \
-                           (not minimal: the first key alone is the proof)"
-            .into();
-        out.push(reject_as("Structure", &root, description, q, proof)?);
-    }
-    Ok(out)
-}
-
-/// Caller inputs outside the limits, with otherwise valid proofs: kind Input.
-fn input_negatives(snap: &Snapshot, entries: &Entries, membership: &[u8]) -> Result<Vec<Negative>> {
-    let root = snap.root_hash();
-    let long = vec![b'k'; bavl_core::MAX_KEY_LEN + 1];
-    let (key, value) = &entries[entries.len() / 2];
-    let all = snap.prove_range(Bound::Unbounded, Bound::Unbounded)?;
-    let absent = [key.clone(), vec![0]].concat();
-    let ap = snap.prove_absence(&absent).context("absent")?;
-    let range = |lo, hi| Query { lo, hi, ..Query::new(Kind::Range) };
-    let cases = [
-        ("membership of the empty key", query(Kind::Membership, b"", value), membership.to_vec()),
-        (
-            "membership of a 1025-byte key",
-            query(Kind::Membership, &long, value),
-            membership.to_vec(),
-        ),
-        ("absence of the empty key", query(Kind::Absence, b"", b""), ap.clone()),
-        ("absence of a 1025-byte key", query(Kind::Absence, &long, b""), ap),
-        (
-            "range with an empty lower bound key",
-            range(OwnedBound::Included(Vec::new()), OwnedBound::Unbounded),
-            all.clone(),
-        ),
-        (
-            "range with a 1025-byte upper bound key",
-            range(OwnedBound::Unbounded, OwnedBound::Excluded(long.clone())),
-            all.clone(),
-        ),
-        (
-            "inverted range (lower bound key above the upper)",
-            range(OwnedBound::Included(vec![2]), OwnedBound::Included(vec![1])),
-            all,
-        ),
-    ];
-    cases
-        .into_iter()
-        .map(|(what, q, proof)| reject_as("Input", &root, what.into(), q, proof))
-        .collect()
 }
 
 fn empty_negatives(snap: &Snapshot) -> Result<Vec<Negative>> {
