@@ -54,6 +54,34 @@ pub(crate) fn check_capacity(
     }
 }
 
+/// Reads `HEAD` (the version it names, if present) and fails if the log, which ends at
+/// `head`, ends before it: versions acknowledged as committed were lost. The log is what
+/// is damaged, so it is named: its newest segment (cut), or, when the state ends exactly
+/// at a checkpoint (where a segment begins), the segment after it (deleted).
+pub(crate) fn check_head(
+    backend: &dyn Backend,
+    l: &Listing,
+    head: u64,
+) -> Result<Option<u64>, StoreError> {
+    let recorded = meta::read_head(backend, &l.names)?;
+    let Some(durable) = recorded.filter(|&d| d > head) else { return Ok(recorded) };
+    let file = match l.segments.last() {
+        Some(&f) if !l.checkpoints.contains(&head) => wal_name(f),
+        _ => wal_name(head + 1),
+    };
+    let offset = backend.file_len(&file).unwrap_or(0);
+    Err(StoreError::corrupted(
+        &file,
+        offset,
+        format!(
+            "the log ends at version {head}, but HEAD records version {durable} as \
+             committed: versions {}..={durable} were lost (the log was cut, or its newest \
+             file deleted)",
+            head + 1
+        ),
+    ))
+}
+
 /// The error for a log segment starting at `first` when the state reaches only `head`.
 /// If nothing was replayed yet, the log continues from a checkpoint of `first - 1` that is
 /// missing (segments begin where a checkpoint was taken); otherwise the segment before

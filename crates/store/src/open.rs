@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bavl_core::{Digest, Snapshot, Tree, DEFAULT_CAPACITY};
 
 use crate::backend::{Backend, WriteFile};
-use crate::blame::{check_capacity, gap, two_histories};
+use crate::blame::{check_capacity, check_head, gap, two_histories};
 use crate::check::{problem, Problem};
 use crate::error::{IoContext, StoreError};
 use crate::meta::{self, classify, is_own_temporary, wal_name, FileKind, Meta};
@@ -172,6 +172,8 @@ pub(crate) fn recover(
         }
         None => None,
     };
+    // Before anything is changed: `HEAD` names a version known committed.
+    recovery.head_file = check_head(backend, &l, head)?;
     // A last segment too short to hold its header (a crash while creating it).
     let tail = match tail {
         Tail::Short(first) => {
@@ -184,46 +186,9 @@ pub(crate) fn recover(
         Tail::At(first, valid) => Some((first, valid)),
         Tail::None => None,
     };
-
-    // `HEAD` names a version known committed: a log ending before it lost versions that
-    // were acknowledged. The log is what is damaged (its newest segment cut, or deleted).
-    recovery.head_file = meta::read_head(backend, &l.names)?;
-    if let Some(durable) = recovery.head_file.filter(|&d| d > head) {
-        // A state ending at a checkpoint ends where a segment began: that one is gone.
-        let file = match l.segments.last() {
-            Some(&f) if !l.checkpoints.contains(&head) => wal_name(f),
-            _ => wal_name(head + 1),
-        };
-        let offset = backend.file_len(&file).unwrap_or(0);
-        return Err(StoreError::corrupted(
-            &file,
-            offset,
-            format!(
-                "the log ends at version {head}, but HEAD records version {durable} as \
-                 committed: versions {}..={durable} were lost (the log was cut, or its \
-                 newest file deleted)",
-                head + 1
-            ),
-        ));
-    }
-
-    let (wal, wal_first) = match tail {
-        _ if read_only => (None, head + 1),
-        Some((first, valid)) => {
-            let name = wal_name(first);
-            let f = backend.open_append(&name, valid).ctx(|| format!("opening {name}"))?;
-            (Some(f), first)
-        }
-        None => {
-            let first = head + 1;
-            let name = wal_name(first);
-            let mut f = backend.create(&name).ctx(|| format!("creating {name}"))?;
-            f.write_all(&wal::segment_header(first, meta.capacity))
-                .and_then(|()| f.sync())
-                .ctx(|| format!("writing {name}"))?;
-            backend.sync_dir().ctx(|| format!("syncing the directory after creating {name}"))?;
-            (Some(f), first)
-        }
+    let (wal, wal_first) = match read_only {
+        true => (None, head + 1),
+        false => open_log(backend, tail, head, meta.capacity)?,
     };
     Ok(Opened {
         tree,
@@ -237,6 +202,29 @@ pub(crate) fn recover(
         recovery,
         temporary: l.temporary,
     })
+}
+
+/// Opens the log for appending: the last segment at its last complete record, or a new
+/// segment for the version after `head`.
+fn open_log(
+    backend: &dyn Backend,
+    tail: Option<(u64, u64)>,
+    head: u64,
+    capacity: u32,
+) -> Result<(Option<Box<dyn WriteFile>>, u64), StoreError> {
+    if let Some((first, valid)) = tail {
+        let name = wal_name(first);
+        let f = backend.open_append(&name, valid).ctx(|| format!("opening {name}"))?;
+        return Ok((Some(f), first));
+    }
+    let first = head + 1;
+    let name = wal_name(first);
+    let mut f = backend.create(&name).ctx(|| format!("creating {name}"))?;
+    f.write_all(&wal::segment_header(first, capacity))
+        .and_then(|()| f.sync())
+        .ctx(|| format!("writing {name}"))?;
+    backend.sync_dir().ctx(|| format!("syncing the directory after creating {name}"))?;
+    Ok((Some(f), first))
 }
 
 /// What the last segment of the log looked like.
