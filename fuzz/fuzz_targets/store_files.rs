@@ -1,7 +1,8 @@
 //! The durable store's files from untrusted bytes: a fixture store (in memory) whose
 //! newest log segment or checkpoint is replaced by the input. Opening and `check` must
 //! never panic; a store that opens must be at one of the versions the fixture committed
-//! (same root), since a damaged file may only lose a torn tail, never invent a state.
+//! (same root), since a damaged file may only lose a torn tail, never invent a state; a
+//! read-only open must change no file and open at the same root.
 #![no_main]
 
 use std::sync::Arc;
@@ -29,8 +30,19 @@ fuzz_target!(|data: &[u8]| {
         checkpoint: CheckpointPolicy::Manual,
         ..Options::default()
     };
+    // A read-only open changes no file, whatever it finds, and agrees with a writable one.
+    let files = |b: &MemBackend| {
+        let mut names = bavl_store::Backend::list(b).expect("list");
+        names.sort();
+        names.into_iter().map(|n| (b.get(&n), n)).collect::<Vec<_>>()
+    };
+    let before = files(&backend);
+    let read_only = Options { read_only: true, ..opts.clone() };
+    let seen = Store::open_backend(Arc::new(backend.clone()), read_only).map(|s| s.root());
+    assert!(files(&backend) == before, "a read-only open changed a file");
     if let Ok(store) = Store::open_backend(Arc::new(backend), opts) {
         assert!(f.roots.contains(&store.root()), "opened at a state never committed");
+        assert_eq!(seen.ok(), Some(store.root()), "read-only and writable opens differ");
         assert!(report.ok() || !report.problems.is_empty());
     }
 });
