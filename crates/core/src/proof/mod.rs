@@ -6,17 +6,19 @@
 //! the rest replaced by hashes. Membership, absence and range proofs and exported chunks
 //! are this encoding with different runs expanded; `docs/design.md` gives the byte layout.
 //!
-//! This module writes proofs from a snapshot; [`verify`] reads them. The verifier takes
-//! only the trusted root and the bytes. It checks every length against the bytes left
-//! before using it, bounds recursion, allocates only in proportion to the input, and
-//! returns a `#[must_use]` value or a typed error — never panics.
+//! This module writes proofs from a snapshot; `verify` reads them and `kinds` applies the
+//! kind rules. The verifier takes only the trusted root and the bytes. It checks every
+//! length against the bytes left before using it, bounds recursion, allocates only in
+//! proportion to the input, and returns a `#[must_use]` value or a typed error — never
+//! panics.
 
+mod kinds;
 mod verify;
 
-pub use verify::{
+pub use kinds::{
     verify_absence, verify_chunk, verify_chunk_unindexed, verify_membership, verify_range,
-    VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange,
 };
+pub use verify::{VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange};
 
 use std::ops::Bound;
 
