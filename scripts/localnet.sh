@@ -12,14 +12,18 @@
 #      from the running chain), checks it restored a snapshot, verifying every bundle, and
 #      then follows the chain with the validators' app hashes (its own app's hash at height
 #      h equals the app hash in the validators' header h+1);
-#   With --byzantine KIND, validator 3's app serves lying snapshot chunks (see
-#   bavl-abci serve --help); the joiner must reject them and still finish.
+#   With --byzantine KIND[,KIND...], validator 3's app (then 2's, 1's) serves lying
+#   snapshots (see bavl-abci serve --help); the joiner must refuse every lie (a forged
+#   snapshot at the offer, a lying chunk at its arrival) and still finish.
+#   --demo: --byzantine wrong-bytes,forged with small bundles, and a summary at the end:
+#   the network, blocks per second, the snapshot heights, the joiner's sync (bundles,
+#   bytes, time, which peers were refused and why) and its app hash beside the validators'.
 # Every process is stopped on every way out (EXIT/INT/TERM trap, by PID). Exit 0 only if
 # every check passed; the logs stay in DIR/logs.
 #
 # Usage: bash scripts/localnet.sh [--dir DIR] [--interval N] [--txs N] [--rate R]
 #            [--keys N] [--bundle-bytes B] [--byzantine KIND] [--kill] [--timeout SECONDS]
-#            [--hold SECONDS]
+#            [--hold SECONDS] [--demo]
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,6 +37,7 @@ BYZANTINE=""
 KILL=0
 TIMEOUT=240          # seconds for the whole run after the build
 HOLD=0               # seconds to keep the network up at the end (for a look)
+DEMO=0
 BASE_PORT=27000      # node i: p2p BASE+10i+6, rpc +7, app +8 (below the ephemeral range)
 
 while [[ $# -gt 0 ]]; do
@@ -48,6 +53,7 @@ while [[ $# -gt 0 ]]; do
         --timeout) TIMEOUT="$2"; shift 2 ;;
         --hold) HOLD="$2"; shift 2 ;;
         --port) BASE_PORT="$2"; shift 2 ;;
+        --demo) DEMO=1; BYZANTINE="wrong-bytes,forged"; BUNDLE_BYTES=16384; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "localnet: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -62,9 +68,22 @@ say "building bavl-abci (release)"
 app_bin="$repo/target/release/bavl-abci"
 
 declare -A PIDS=()   # name -> pid
+declare -a NODE_ID=()
+declare -A LIAR=()   # validator index -> kind
+IFS=, read -r -a kinds <<<"$BYZANTINE"
+[[ ${#kinds[@]} -le 3 ]] || { say "at most 3 liars"; exit 2; }
+for j in "${!kinds[@]}"; do LIAR[$(( 3 - j ))]="${kinds[$j]}"; done
+# SIGTERM, then SIGKILL after 5 s: a CometBFT node's shutdown sometimes never ends.
 stop_all() {
-    local name
+    local name n alive
     for name in "${!PIDS[@]}"; do kill "${PIDS[$name]}" 2>/dev/null || true; done
+    for n in $(seq 50); do
+        alive=0
+        for name in "${!PIDS[@]}"; do kill -0 "${PIDS[$name]}" 2>/dev/null && alive=1; done
+        [[ $alive -eq 0 ]] && break
+        sleep 0.1
+    done
+    for name in "${!PIDS[@]}"; do kill -9 "${PIDS[$name]}" 2>/dev/null || true; done
     for name in "${!PIDS[@]}"; do wait "${PIDS[$name]}" 2>/dev/null || true; done
     PIDS=()
 }
@@ -95,8 +114,9 @@ generate() {
     "$cometbft" testnet --v 4 --n 1 --o "$DIR" \
         --starting-ip-address 127.0.0.1 >/dev/null
     local i peers=""
+    for i in 0 1 2 3 4; do NODE_ID[$i]="$("$cometbft" show-node-id --home "$DIR/node$i")"; done
     for i in 0 1 2 3; do
-        peers+="${peers:+,}$("$cometbft" show-node-id --home "$DIR/node$i")@127.0.0.1:$(port "$i" 6)"
+        peers+="${peers:+,}${NODE_ID[$i]}@127.0.0.1:$(port "$i" 6)"
     done
     for i in 0 1 2 3 4; do
         local cfg="$DIR/node$i/config/config.toml"
@@ -170,11 +190,46 @@ check_app_hash() {
     say "node$n: app hash at height $h = ${hash:0:16}... matches node$ref's header $(( h + 1 ))"
 }
 
+
+name_of() {  # name_of PEER_ID: node<i>
+    local i
+    for i in "${!NODE_ID[@]}"; do [[ "${NODE_ID[$i]}" == "$1" ]] && { echo "node$i"; return; }; done
+    echo "$1"
+}
+
+summary() {
+    local i h4 hash4 v line
+    printf '\n== network: 4 validators + 1 joiner, CometBFT %s, bavl-abci, one process each\n' \
+        "$("$cometbft" version)"
+    for i in 0 1 2 3 4; do
+        printf '   node%s  p2p %s  rpc %s  app %s  %s\n' "$i" "$(port "$i" 6)" "$(port "$i" 7)" \
+            "$(port "$i" 8)" "$([[ $i -eq 4 ]] && echo joiner || echo "validator${LIAR[$i]:+, lies: ${LIAR[$i]}}")"
+    done
+    printf '== blocks: heights %s..%s during the load: %.1f blocks/s\n' "$load_h0" "$load_h1" \
+        "$(awk -v a="$load_h0" -v b="$load_h1" -v s="$load_t0" -v e="$load_t1" 'BEGIN { print (b - a) / (e - s) }')"
+    printf '== snapshots (every %s heights): %s\n' "$INTERVAL" \
+        "$(grep "snapshot taken" "$DIR/logs/app0.log" | sed -n 's/.*height=\([0-9]*\) bundles=\([0-9]*\).*/\1 (\2 bundles)/p' | paste -sd, -)"
+    printf '== joiner: %s\n' "$(sed -n 's/.*INFO bavl_abci::statesync: //p' <<<"$restored")"
+    printf '   %s bundles kept in %s s (from its start, discovery_time 5 s included)\n' "$kept" "$restore_s"
+    grep -E "bundle rejected|snapshot rejected" "$DIR/logs/app4.log" | while read -r line; do
+        v=$(sed -n 's/.*sender=\([0-9a-f]*\).*/\1/p' <<<"$line")
+        printf '   refused%s: %s\n' "${v:+ from $(name_of "$v")}" \
+            "$(sed -E 's/.*WARN bavl_abci::statesync: //; s/ sender=[0-9a-f]+//' <<<"$line")"
+    done
+    read -r h4 hash4 < <(abci_info 4)
+    printf '== app hash after height %s\n   node4 (joiner) %s\n' "$h4" "$hash4"
+    for v in 0 1 2 3; do
+        wait_height "$v" $(( h4 + 1 ))
+        printf '   node%s header %s  %s\n' "$v" $(( h4 + 1 )) \
+            "$(app_hash_in_header "$v" $(( h4 + 1 )) | tr 'A-F' 'a-f')"
+    done
+}
+
 generate
 say "network in $DIR: 4 validators + 1 joiner, ports from $BASE_PORT"
 for i in 0 1 2 3; do
     extra=()
-    [[ -n "$BYZANTINE" && $i -eq 3 ]] && extra=(--byzantine "$BYZANTINE")
+    [[ -n "${LIAR[$i]:-}" ]] && extra=(--byzantine "${LIAR[$i]}")
     start_app "$i" "${extra[@]}"
     start_node "$i"
 done
@@ -182,6 +237,7 @@ wait_height 0 3
 say "blocks commit: height $(height 0)"
 
 say "load: $TXS transactions at $RATE/s"
+load_h0=$(height 0); load_t0=$(date +%s.%N)
 "$app_bin" load --rpc "$(rpc 0)" "$(rpc 1)" "$(rpc 2)" "$(rpc 3)" --txs "$TXS" \
     --rate "$RATE" --keys "$KEYS" >"$DIR/logs/load.log" 2>&1 &
 PIDS[load]=$!
@@ -203,6 +259,7 @@ fi
 wait "${PIDS[load]}" || fail "load generator (logs/load.log)"
 unset "PIDS[load]"
 grep -v "^tx " "$DIR/logs/load.log" >&2
+load_h1=$(height 0); load_t1=$(date +%s.%N)
 if [[ $KILL -eq 1 ]]; then
     grep -q "Completed ABCI Handshake" "$DIR/logs/node1.log" || fail "node1 handshake"
     wait_height 1 $(( $(height 0) + 1 ))
@@ -234,21 +291,26 @@ until grep -q "snapshot restored and written durably" "$DIR/logs/app4.log"; do
     sleep 0.5
 done
 restored=$(grep "snapshot restored" "$DIR/logs/app4.log" | tail -1)
-kept=$(grep -c "bundle verified and kept" "$DIR/logs/app4.log" || true)
+# Every bundle but the last logs "kept"; the last one completes the restore.
+kept=$(( $(grep -c "bundle verified and kept" "$DIR/logs/app4.log" || true) + 1 ))
 rejected=$(grep -c "bundle rejected" "$DIR/logs/app4.log" || true)
 say "joiner restored in $(( $(date +%s) - t0 )) s: $kept bundles kept, $rejected refused"
 say "  $restored"
-if [[ "$BYZANTINE" == forged ]]; then
-    grep "snapshot rejected" "$DIR/logs/app4.log" | tail -1 | sed 's/^/localnet:   /' >&2
-    grep -q "snapshot rejected: its root" "$DIR/logs/app4.log" ||
-        fail "the joiner was never offered the liar's forged snapshot"
-elif [[ -n "$BYZANTINE" ]]; then
-    lies=$(grep -c "serving a lying chunk" "$DIR/logs/app3.log" || true)
-    say "the liar (app3, $BYZANTINE) served $lies lying chunks"
+restore_s=$(( $(date +%s) - t0 ))
+for v in "${!LIAR[@]}"; do
+    kind="${LIAR[$v]}"
+    if [[ "$kind" == forged ]]; then
+        grep -q "snapshot rejected: its root" "$DIR/logs/app4.log" ||
+            fail "the joiner was never offered node$v's forged snapshot"
+        continue
+    fi
+    lies=$(grep -c "serving a lying chunk" "$DIR/logs/app$v.log" || true)
+    refused=$(grep "bundle rejected" "$DIR/logs/app4.log" | grep -c "sender=${NODE_ID[$v]}" || true)
+    say "the liar node$v ($kind) served $lies lying chunks, $refused refused"
     # With small bundles (--bundle-bytes) there are enough for the liar to be asked.
-    [[ $lies -ge 1 ]] || fail "the liar was never asked for a chunk: use smaller --bundle-bytes"
-    [[ $rejected -ge 1 ]] || fail "the liar served $lies lying chunks and none was refused"
-fi
+    [[ $lies -ge 1 ]] || fail "node$v was never asked for a chunk: use smaller --bundle-bytes"
+    [[ $refused -ge 1 ]] || fail "node$v served $lies lying chunks and none was refused"
+done
 # It follows the chain: blocks after the snapshot, with the validators' app hashes.
 "$app_bin" load --rpc "$(rpc 0)" --txs 50 --rate 50 --seed 2 >>"$DIR/logs/load.log" 2>&1 ||
     fail "second load"
@@ -257,5 +319,6 @@ check_app_hash 4 0
 wait_height 4 $(( $(height 0) + 3 ))
 check_app_hash 4 1
 say "all checks passed"
+[[ $DEMO -eq 1 ]] && summary
 [[ $HOLD -gt 0 ]] && { say "holding the network for $HOLD s"; sleep "$HOLD"; }
 exit 0
