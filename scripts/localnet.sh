@@ -22,7 +22,7 @@
 # every check passed; the logs stay in DIR/logs.
 #
 # Usage: bash scripts/localnet.sh [--dir DIR] [--interval N] [--txs N] [--rate R]
-#            [--keys N] [--bundle-bytes B] [--byzantine KIND] [--kill] [--timeout SECONDS]
+#            [--keys N] [--ops N] [--bundle-bytes B] [--byzantine KIND] [--kill] [--timeout SECONDS]
 #            [--hold SECONDS] [--demo]
 set -euo pipefail
 
@@ -32,6 +32,7 @@ INTERVAL=20          # snapshot interval (heights)
 TXS=600              # load: transactions (10 operations each)
 RATE=60              # load: transactions per second
 KEYS=20000           # load: distinct keys
+OPS=10               # load: operations per transaction
 BUNDLE_BYTES=65536   # small bundles, so a small state makes many ABCI chunks
 BYZANTINE=""
 KILL=0
@@ -47,6 +48,7 @@ while [[ $# -gt 0 ]]; do
         --txs) TXS="$2"; shift 2 ;;
         --rate) RATE="$2"; shift 2 ;;
         --keys) KEYS="$2"; shift 2 ;;
+        --ops) OPS="$2"; shift 2 ;;
         --bundle-bytes) BUNDLE_BYTES="$2"; shift 2 ;;
         --byzantine) BYZANTINE="$2"; shift 2 ;;
         --kill) KILL=1; shift ;;
@@ -239,7 +241,7 @@ say "blocks commit: height $(height 0)"
 say "load: $TXS transactions at $RATE/s"
 load_h0=$(height 0); load_t0=$(date +%s.%N)
 "$app_bin" load --rpc "$(rpc 0)" "$(rpc 1)" "$(rpc 2)" "$(rpc 3)" --txs "$TXS" \
-    --rate "$RATE" --keys "$KEYS" >"$DIR/logs/load.log" 2>&1 &
+    --rate "$RATE" --keys "$KEYS" --ops "$OPS" >"$DIR/logs/load.log" 2>&1 &
 PIDS[load]=$!
 if [[ $KILL -eq 1 ]]; then
     # While blocks full of transactions commit: the app of validator 1 (its node stops
