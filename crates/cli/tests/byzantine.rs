@@ -122,7 +122,7 @@ fn expected(kind: Byzantine) -> Expect {
         // Chunk 0 is asked for before a manifest gives its size, with the largest limit:
         // the extra bytes then fail its verification.
         Overlong => &[LIMIT, REJECTED],
-        Endless => &[LIMIT],
+        Endless => return Expect::Slow(&[LIMIT]),
         Stall | Trickle => return Expect::Slow(&["stalled"]),
         HttpError => return Expect::Dropped("HTTP status 500"),
         Garbage => &["malformed"],

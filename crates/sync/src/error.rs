@@ -39,7 +39,7 @@ pub enum BanReason {
 pub enum DropReason {
     #[error("it does not hold the version (HTTP {0})")]
     NotFound(u16),
-    #[error("too many transient failures ({failures} in a row at the end), the last: {last}")]
+    #[error("unreliable: {failures} transient failures, the last: {last}")]
     Unreliable { failures: u32, last: crate::FailureKind },
     /// It had been asked for chunk `index` and had not answered when a copy asked later
     /// of a source that delivers had verified: it held work it did not do.

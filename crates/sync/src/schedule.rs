@@ -324,7 +324,8 @@ impl<H: Hasher> Syncer<H> {
         self.actions.push_back(Action::Send(req));
     }
 
-    /// At completion: a live source that delivered not one verified chunk, and that was
+    /// At completion: a live source with as many transient failures as verified chunks is
+    /// dropped as unreliable; a live source that delivered not one verified chunk, and that was
     /// outrun on a chunk (asked for it before the source that delivered it), failed a
     /// request, or has a request still open that is overdue by the fastest proven
     /// source's round trip, is dropped as unproductive, so the report names every source
@@ -342,8 +343,17 @@ impl<H: Hasher> Syncer<H> {
                 .values()
                 .any(|f| f.source == id && fastest.is_some() && now > overdue_at(f.sent, fastest));
             let held = src.outrun > 0 || src.stats.transient_failures > 0 || open;
+            let failed = src.stats.transient_failures;
             if src.is_live() && held && !src.proven() {
                 let reason = DropReason::Unproductive { requests: src.stats.requests };
+                self.drop_source(id, reason);
+            } else if let (true, true, Some(last)) =
+                (src.is_live(), failed > 0 && failed >= src.stats.chunks, src.last_failure)
+            {
+                // As many failed answers as verified chunks: it cost the sync as much as it
+                // gave (a source cutting every other answer, in a sync too short for its
+                // debt to drop it).
+                let reason = DropReason::Unreliable { failures: failed as u32, last };
                 self.drop_source(id, reason);
             }
         }

@@ -89,6 +89,8 @@ pub(crate) struct Source {
     /// Its manifest outgrew the guess it was asked at: asked again once the chunk count is
     /// known (its exact bound then follows from the count).
     pub manifest_big: bool,
+    /// Its last transient failure.
+    pub last_failure: Option<FailureKind>,
     /// No manifest request before this time (its last one could not be held).
     pub manifest_after: Duration,
     /// Copies it held of chunks that came from another source first.
@@ -121,6 +123,7 @@ impl Source {
             probed: false,
             outrun: 0,
             manifest_after: Duration::ZERO,
+            last_failure: None,
             retry_at: Duration::ZERO,
             stats: SourceStats::default(),
             early_404: Vec::new(),
@@ -194,6 +197,7 @@ impl Source {
         max: Duration,
     ) {
         self.failures += 1;
+        self.last_failure = Some(kind);
         self.debt += if kind == FailureKind::Truncated { 2.0 } else { 1.0 };
         self.stats.transient_failures += 1;
         self.window = (self.window / 2.0).max(1.0);
