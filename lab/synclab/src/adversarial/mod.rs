@@ -83,6 +83,8 @@ pub struct Case {
     pub reasons: BTreeMap<String, usize>,
     pub honest_live: bool,
     pub ok: bool,
+    /// Why a sync was not ok: its exit status and the summary's `reason` and `error`.
+    pub error: Option<String>,
     pub timed_out: bool,
     pub over_time: bool,
     pub over_memory: bool,
@@ -95,6 +97,7 @@ struct Run {
     cpu_s: f64,
     ok: bool,
     timed_out: bool,
+    error: Option<String>,
     /// `(health, reason)` per source, in `--peer` order.
     sources: Vec<(String, String)>,
 }
@@ -228,9 +231,14 @@ fn sync_once(cfg: &Config, info: &StateInfo, peers: &[String]) -> Result<Run> {
         && s["ok"] == true
         && s["root"].as_str() == Some(info.root.as_str())
         && s["keys"].as_u64() == Some(info.keys);
+    let error = (!ok).then(|| match m.status {
+        None => format!("killed at the timeout ({} s)", cfg.timeout.as_secs()),
+        Some(st) => format!("{st}; {}: {}", s["reason"], s["error"]),
+    });
     let _ = std::fs::remove_dir_all(&db);
     let _ = std::fs::remove_file(&resume);
     Ok(Run {
+        error,
         seconds: m.seconds,
         peak_rss_bytes: m.peak_rss_bytes,
         cpu_s: m.cpu_s,
@@ -272,6 +280,7 @@ fn case(cfg: &Config, honest: &Honest, kind: &str, liars: usize, r: &Run) -> Cas
         reasons,
         honest_live,
         ok: r.ok,
+        error: r.error.clone(),
         timed_out: r.timed_out,
         over_time,
         over_memory: r.peak_rss_bytes > memory_bound_bytes,
