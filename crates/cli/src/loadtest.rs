@@ -6,7 +6,7 @@
 //! returns) while checkpoints are written in the background. Resuming a store continues
 //! at its version with the blocks an uninterrupted run would have committed.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::blocks::{Workload, INITIAL_BATCH};
 use crate::store_cmds::{store_error, RecoveryJson, StatsJson};
-use crate::text::{bytes, group, human, ms, rate};
+use crate::text::{bytes, group, human, ms, rate, stdout_line};
 
 /// Keys proved and verified after each commit with --proofs.
 pub const PROOFS_PER_BLOCK: usize = 100;
@@ -281,10 +281,7 @@ fn bar(len: u64, hidden: bool, prefix: &'static str, unit: &str) -> ProgressBar 
 }
 
 fn print_root(what: &str, version: u64, root: &Digest) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{what} {version} {}", hex::encode(root))
-        .and_then(|()| out.flush())
-        .context("writing to stdout")
+    stdout_line(&format!("{what} {version} {}", hex::encode(root))).context("writing to stdout")
 }
 
 /// Proves and verifies `PROOFS_PER_BLOCK` random keys of `snap` (picked from `seed` and

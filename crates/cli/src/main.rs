@@ -148,11 +148,7 @@ struct VectorsArgs {
     check: bool,
 }
 
-/// The exit status of a command whose output's reader went away (`bavl stats | head -1`):
-/// 128 + SIGPIPE (13), what a shell reports for a tool a closed pipe stopped.
-const CLOSED_PIPE_EXIT: i32 = 141;
-
-/// Makes every command exit quietly with [`CLOSED_PIPE_EXIT`] when the reader of its
+/// Makes every command exit quietly with [`text::CLOSED_PIPE_EXIT`] when the reader of its
 /// stdout or stderr goes away. Rust ignores SIGPIPE, so a write to a closed pipe fails
 /// with `EPIPE`, and `print!`/`println!`/`eprintln!` turn that into a panic ("failed
 /// printing to stdout: Broken pipe", exit 101); this hook turns exactly that panic, in any
@@ -170,7 +166,7 @@ fn exit_quietly_on_closed_pipe() {
         let printing = msg.starts_with("failed printing to stdout")
             || msg.starts_with("failed printing to stderr");
         if printing && (msg.contains("Broken pipe") || msg.contains("os error 32")) {
-            std::process::exit(CLOSED_PIPE_EXIT);
+            std::process::exit(text::CLOSED_PIPE_EXIT);
         }
         default(info)
     }));

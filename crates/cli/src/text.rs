@@ -1,6 +1,25 @@
-//! Small formatting helpers shared by the store commands.
+//! Small formatting helpers shared by the store commands, and the exit policy for a
+//! closed output.
 
+use std::io::Write;
 use std::time::Duration;
+
+/// The exit status of a command whose output's reader went away (`bavl stats | head -1`):
+/// 128 + SIGPIPE (13), what a shell reports for a tool a closed pipe stopped.
+pub const CLOSED_PIPE_EXIT: i32 = 141;
+
+/// Writes `line` and a newline to stdout and flushes it (for output a reader waits for,
+/// line by line). If the reader went away (`EPIPE`), the process exits quietly with
+/// [`CLOSED_PIPE_EXIT`], as every `println!` does (see `main`); other errors are returned.
+pub fn stdout_line(line: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(CLOSED_PIPE_EXIT)
+        }
+        r => r,
+    }
+}
 
 /// `1234567` as `1,234,567`.
 pub fn group(n: u64) -> String {

@@ -62,6 +62,12 @@ fn every_command_exits_quietly_when_its_reader_goes_away() {
         expect_code(&out, 141, &format!("{args:?} into a closed pipe"));
         assert_eq!(stderr(&out), "", "{args:?} printed on stderr");
     }
+    // A load test printing its roots (`opened`, then `committed` lines) stops at the first.
+    let lt = dir.join("lt");
+    let args = ["loadtest", "--db", path_str(&lt), "--blocks", "5", "--inserts", "9"];
+    let out = with_closed_stdout(&[&args[..], &["--updates", "0", "--print-roots"]].concat());
+    expect_code(&out, 141, "loadtest --print-roots into a closed pipe");
+    assert_eq!(stderr(&out), "");
 }
 
 /// A load test that keeps committing until killed, and its first `committed` line.
