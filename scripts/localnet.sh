@@ -11,7 +11,8 @@
 #   5. starts the joiner with state sync (rpc_servers, trust_height and trust_hash taken
 #      from the running chain), checks it restored a snapshot, verifying every bundle, and
 #      then follows the chain with the validators' app hashes (its own app's hash at height
-#      h equals the app hash in the validators' header h+1);
+#      h equals the app hash in the validators' header h+1), and serves `bavl-abci query`
+#      reads whose header (genesis validators' signatures) and bavl proofs verify;
 #   With --byzantine KIND[,KIND...], validator 3's app (then 2's, 1's) serves lying
 #   snapshots (see bavl-abci serve --help); the joiner must refuse every lie (a forged
 #   snapshot at the offer, a lying chunk at its arrival) and still finish.
@@ -320,7 +321,22 @@ wait_height 4 $(( $(height 0) + 3 ))
 check_app_hash 4 0
 wait_height 4 $(( $(height 0) + 3 ))
 check_app_hash 4 1
+# A trustless read through the joiner: the header verified against the genesis validators'
+# signatures, then the bavl proofs (membership of the load's marker, absence of a key).
+genesis="$DIR/node4/config/genesis.json"
+"$app_bin" query --rpc "$(rpc 4)" --key "$(printf 'load-done-1' | od -An -tx1 | tr -d ' \n')" \
+    --genesis "$genesis" >"$DIR/logs/query.log" 2>&1 || fail "query (logs/query.log)"
+grep -q "^value=$(printf '%s' "$TXS" | od -An -tx1 | tr -d ' \n')$" "$DIR/logs/query.log" ||
+    fail "the marker's value (logs/query.log)"
+"$app_bin" query --rpc "$(rpc 4)" --key 00ff00 --genesis "$genesis" >>"$DIR/logs/query.log" 2>&1 ||
+    fail "query of an absent key (logs/query.log)"
+grep "^verified" "$DIR/logs/query.log" | sed 's/^/localnet: query: /' >&2
 say "all checks passed"
 [[ $DEMO -eq 1 ]] && summary
-[[ $HOLD -gt 0 ]] && { say "holding the network for $HOLD s"; sleep "$HOLD"; }
+if [[ $HOLD -gt 0 ]]; then
+    say "holding the network for $HOLD s"
+    sleep "$HOLD" &
+    PIDS[hold]=$!
+    wait "${PIDS[hold]}" || true   # a wait, unlike a foreground sleep, lets a TERM stop us at once
+fi
 exit 0

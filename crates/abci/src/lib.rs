@@ -21,6 +21,7 @@ pub mod app;
 mod block;
 pub mod byzantine;
 pub mod home;
+pub mod light;
 pub mod query;
 pub mod restore;
 pub mod rpc;
