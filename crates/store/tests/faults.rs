@@ -1,5 +1,7 @@
 //! Faults: torn writes, I/O errors at every point, damaged files, a second process.
 
+mod common;
+
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,23 +11,7 @@ use bavl_store::{
     check::check, Backend, CheckpointPolicy, DirBackend, FaultyBackend, Options, Store, StoreError,
 };
 use bavl_workload::{block, next_key, Mix, Op};
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("bavl-faults-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 const SEED: u64 = 5;
 const POLICY: CheckpointPolicy = CheckpointPolicy::Auto { log_ratio: 0.5, min_log_bytes: 2048 };

@@ -4,33 +4,18 @@
 //! change at all (proved on a backend that refuses every change, as a read-only mount
 //! does, and by every file's identity, size and time staying the same).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bavl_store::{
     Backend, CheckpointPolicy, DirBackend, MemBackend, Options, Store, StoreError, WriteFile,
 };
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("bavl-lock-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-        let _ = std::fs::remove_dir_all(self.0.with_extension("moved"));
-    }
-}
+use common::TempDir;
 
 fn opts() -> Options {
     Options { capacity: Some(8), checkpoint: CheckpointPolicy::Manual, ..Options::default() }
