@@ -70,7 +70,9 @@ pub fn check(backend: &dyn Backend) -> Result<CheckReport, StoreError> {
         report.notes.push(format!("{name}: not a store file (ignored)"));
     }
     for name in &l.temporary {
-        report.notes.push(format!("{name}: left over by an interrupted write (deleted on open)"));
+        report.notes.push(format!(
+            "{name}: left over by an interrupted write (deleted by a writable open)"
+        ));
     }
     if let Err(e) = meta::read_meta(backend) {
         report.problems.push(problem(e));

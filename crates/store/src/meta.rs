@@ -9,7 +9,7 @@ use crate::error::{IoContext, StoreError};
 pub const META_FILE: &str = "bavl.meta";
 /// The durable-version marker (see `docs/design.md` §8.2).
 pub const HEAD_FILE: &str = "HEAD";
-/// Suffix of files being written; left-over ones are deleted on open.
+/// Suffix of files being written; left-over ones of the store's own are deleted by a writable open.
 pub const TMP_SUFFIX: &str = ".tmp";
 
 const META_MAGIC: &[u8; 8] = b"BAVLMETA";
