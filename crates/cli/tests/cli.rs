@@ -121,5 +121,6 @@ fn verify_rejects_a_negative_chunk_vector() {
     assert_eq!(out.status.code(), Some(1));
     let result: Value = serde_json::from_str(&stdout(&out)).expect("json error");
     assert_eq!(result["ok"], false);
-    assert_eq!(result["variant"], n["rust_error"]);
+    // The error kind every verifier must give (docs/design.md §3).
+    assert_eq!(result["variant"], n["error"]);
 }
