@@ -4,10 +4,12 @@
 #
 # Usage:
 #   scripts/verifiers.sh [all]   go, ts and diff below (CI)
-#   scripts/verifiers.sh go      gofmt, go vet, go test (vectors, every-byte mutants), then
-#                                each native fuzz target for GO_FUZZTIME (default 5s)
-#   scripts/verifiers.sh ts      tsc (strict) and node --test: vectors, mutants, and the
-#                                package in headless Chromium
+#   scripts/verifiers.sh go      gofmt, go vet, go test (vectors, every-byte mutants; the
+#                                bavl-query module's offline tests), then each native fuzz
+#                                target for GO_FUZZTIME (default 5s)
+#   scripts/verifiers.sh ts      tsc (strict) and node --test: vectors, mutants, the light
+#                                client on captured CometBFT headers, and the package in
+#                                headless Chromium
 #   scripts/verifiers.sh diff    writes the differential corpus (valid proofs and chunks of
 #                                six trees, every-byte mutants, forged proofs from the fuzz
 #                                crate's prover) with bavl_core's verdicts, runs the Go and
@@ -30,6 +32,10 @@ run_go() {
     [[ -z "$unformatted" ]] || { say "gofmt needed: $unformatted"; exit 1; }
     go vet ./...
     go test -count=1 ./...
+    # bavl-query, its own module (it needs CometBFT; the verifier module stays
+    # standard-library-only): vet with and without the localnet tests, the offline tests.
+    # The end-to-end tests against a localnet: scripts/trustless-query.sh.
+    (cd cmd/bavl-query && go vet ./... && go vet -tags localnet ./... && go test -count=1 ./...)
     local fuzztime="${GO_FUZZTIME:-5s}"
     for target in $(go test -list '^Fuzz' . | grep '^Fuzz'); do
         say "go fuzz $target for $fuzztime"
