@@ -16,7 +16,7 @@
 #   With --byzantine KIND[,KIND...], validator 3's app (then 2's, 1's) serves lying
 #   snapshots (see bavl-abci serve --help); the joiner must refuse every lie (a forged
 #   snapshot at the offer, a lying chunk at its arrival) and still finish.
-#   --demo: --byzantine wrong-bytes,forged with small bundles, and a summary at the end:
+#   --demo: --byzantine wrong-bytes,forged, and a summary at the end:
 #   the network, blocks per second, the snapshot heights, the joiner's sync (bundles,
 #   bytes, time, which peers were refused and why) and its app hash beside the validators'.
 # Every process is stopped on every way out (EXIT/INT/TERM trap, by PID). Exit 0 only if
@@ -56,7 +56,7 @@ while [[ $# -gt 0 ]]; do
         --timeout) TIMEOUT="$2"; shift 2 ;;
         --hold) HOLD="$2"; shift 2 ;;
         --port) BASE_PORT="$2"; shift 2 ;;
-        --demo) DEMO=1; BYZANTINE="wrong-bytes,forged"; BUNDLE_BYTES=16384; shift ;;
+        --demo) DEMO=1; BYZANTINE="wrong-bytes,forged"; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "localnet: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -210,8 +210,11 @@ summary() {
     done
     printf '== blocks: heights %s..%s during the load: %.1f blocks/s\n' "$load_h0" "$load_h1" \
         "$(awk -v a="$load_h0" -v b="$load_h1" -v s="$load_t0" -v e="$load_t1" 'BEGIN { print (b - a) / (e - s) }')"
+    printf '== time in bavl (FinalizeBlock + Commit) on node0, last window: %s\n' \
+        "$(grep "block window" "$DIR/logs/app0.log" | tail -1 | sed 's/.*INFO bavl_abci::metrics: block window //')"
     printf '== snapshots (every %s heights): %s\n' "$INTERVAL" \
-        "$(grep "snapshot taken" "$DIR/logs/app0.log" | sed -n 's/.*height=\([0-9]*\) bundles=\([0-9]*\).*/\1 (\2 bundles)/p' | paste -sd, -)"
+        "$(grep "snapshot taken" "$DIR/logs/app0.log" |
+            sed -n 's/.*height=\([0-9]*\) bundles=\([0-9]*\).*micros=\([0-9]*\).*/\1 (\2 bundles, taken in \3 us)/p' | paste -sd, -)"
     printf '== joiner: %s\n' "$(sed -n 's/.*INFO bavl_abci::statesync: //p' <<<"$restored")"
     printf '   %s bundles kept in %s s (from its start, discovery_time 5 s included)\n' "$kept" "$restore_s"
     grep -E "bundle rejected|snapshot rejected" "$DIR/logs/app4.log" | while read -r line; do

@@ -31,7 +31,8 @@ pub struct Config {
     pub home: PathBuf,
     /// A snapshot every this many heights (0: none).
     pub snapshot_interval: u64,
-    /// How many snapshots to keep (the newest).
+    /// How many snapshots to keep (the newest; one still being restored by a joiner is
+    /// kept a while longer: `docs/chain.md` §5).
     pub snapshot_keep: usize,
     /// The store's options; `capacity` must be the same on every node of a chain (the
     /// root commits to it).
@@ -68,6 +69,9 @@ pub(crate) struct Node {
     pub(crate) pending: Option<u64>,
     pub(crate) restoring: Option<Restoring>,
     pub(crate) snapshots: Vec<Held>,
+    /// The finalized block's transactions, operations and time in FinalizeBlock.
+    pub(crate) pending_work: (usize, usize, std::time::Duration),
+    pub(crate) window: crate::metrics::Window,
 }
 
 pub(crate) struct Shared {
@@ -90,7 +94,16 @@ impl App {
             app_hash = %hex::encode(store.root()),
             "opened the store"
         );
-        let node = Node { store, home, pending: None, restoring: None, snapshots: Vec::new() };
+        let window = crate::metrics::Window::new(store.version() + 1);
+        let node = Node {
+            store,
+            home,
+            pending: None,
+            restoring: None,
+            snapshots: Vec::new(),
+            pending_work: Default::default(),
+            window,
+        };
         Ok(App { shared: Arc::new(Shared { cfg, node: Mutex::new(node) }) })
     }
 

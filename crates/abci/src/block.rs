@@ -67,6 +67,7 @@ pub(crate) fn finalize_block(
     app: &App,
     req: pb::RequestFinalizeBlock,
 ) -> pb::ResponseFinalizeBlock {
+    let start = std::time::Instant::now();
     let mut node = app.node();
     if node.pending.is_some() {
         discard_uncommitted(app, &mut node);
@@ -90,6 +91,7 @@ pub(crate) fn finalize_block(
     }
     let root = node.store.working_root();
     node.pending = Some(height);
+    node.pending_work = (req.txs.len(), ops, start.elapsed());
     tracing::debug!(height, txs = req.txs.len(), ops, app_hash = %hex::encode(root), "finalized");
     pb::ResponseFinalizeBlock { tx_results, app_hash: root.to_vec().into(), ..Default::default() }
 }
@@ -109,6 +111,7 @@ fn apply(node: &mut Node, tx: Tx) {
 }
 
 pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
+    let start = std::time::Instant::now();
     let mut node = app.node();
     let Some(height) = node.pending.take() else {
         panic!("Commit without FinalizeBlock");
@@ -129,6 +132,10 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
         crate::statesync::take_snapshot(app, &mut node, version);
     }
     tracing::debug!(height, app_hash = %hex::encode(root), "committed");
+    let (txs, ops, finalize) = std::mem::take(&mut node.pending_work);
+    node.window.record(txs, ops, finalize + start.elapsed());
+    let every = if interval > 0 { interval } else { 100 };
+    node.window.maybe_report(height, every);
     pb::ResponseCommit { retain_height: 0 }
 }
 

@@ -22,6 +22,7 @@ mod block;
 pub mod byzantine;
 pub mod home;
 pub mod light;
+mod metrics;
 pub mod query;
 pub mod restore;
 pub mod rpc;

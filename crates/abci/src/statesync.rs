@@ -8,6 +8,9 @@
 //! writes the tree as a new store (synced) and switches to it ([`crate::home`]); `Info`
 //! then reports the snapshot's height and app hash.
 
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use bavl_core::Snapshot;
 use tendermint_proto::v0_38::abci as pb;
 
@@ -16,12 +19,21 @@ use crate::byzantine::{self, Lie};
 use crate::restore::{Applied, OfferError, Restoring};
 use crate::snapshot::{encode_bundle, plan, Metadata, FORMAT, MAX_BUNDLE_BYTES};
 
+/// A snapshot that served a chunk this recently is kept beyond `snapshot_keep` (a joiner
+/// is still restoring it), up to [`EXTRA_KEPT`] more snapshots.
+pub const SERVING_GRACE: Duration = Duration::from_secs(120);
+/// How many snapshots beyond `snapshot_keep` the grace may keep (bounded memory even if
+/// peers keep asking for old ones).
+pub const EXTRA_KEPT: usize = 2;
+
 /// A snapshot this node serves.
 #[derive(Clone)]
 pub(crate) struct Held {
     pub(crate) height: u64,
     pub(crate) meta: Metadata,
     pub(crate) snap: Snapshot,
+    /// When it last served a chunk.
+    pub(crate) served: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Held {
@@ -37,6 +49,7 @@ impl Held {
 }
 
 pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
+    let start = std::time::Instant::now();
     let snap = match app.cfg().byzantine {
         Some(Lie::Forged) => {
             let mut tree = node.store.latest().to_tree();
@@ -54,13 +67,27 @@ pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
         bundles = meta.bundles(),
         chunks = meta.chunk_count,
         per_bundle = meta.per_bundle,
+        micros = start.elapsed().as_micros() as u64,
         "snapshot taken"
     );
-    node.snapshots.push(Held { height, meta, snap });
-    let keep = app.cfg().snapshot_keep.max(1);
-    if node.snapshots.len() > keep {
-        let drop = node.snapshots.len() - keep;
-        node.snapshots.drain(..drop);
+    node.snapshots.push(Held { height, meta, snap, served: Default::default() });
+    prune(&mut node.snapshots, app.cfg().snapshot_keep.max(1));
+}
+
+/// Drops the oldest snapshots beyond `keep`, except those a joiner is still restoring
+/// (served within [`SERVING_GRACE`]; at most [`EXTRA_KEPT`] of them).
+pub(crate) fn prune(held: &mut Vec<Held>, keep: usize) {
+    while held.len() > keep {
+        let serving = |h: &Held| {
+            let last = *h.served.lock().unwrap_or_else(|p| p.into_inner());
+            last.is_some_and(|t| t.elapsed() < SERVING_GRACE)
+        };
+        let old = held.len() - keep;
+        let victim =
+            if old > EXTRA_KEPT { Some(0) } else { held[..old].iter().position(|h| !serving(h)) };
+        let Some(i) = victim else { break };
+        let h = held.remove(i);
+        tracing::info!(height = h.height, "snapshot dropped");
     }
 }
 
@@ -82,6 +109,7 @@ pub(crate) fn load_snapshot_chunk(
     let Some(held) = held.filter(|_| req.format == FORMAT) else {
         return pb::ResponseLoadSnapshotChunk::default();
     };
+    *held.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     let i = u64::from(req.chunk);
     let Some(mut bytes) = encode_bundle(&held.snap, &held.meta, i) else {
         return pb::ResponseLoadSnapshotChunk::default();
@@ -174,10 +202,50 @@ fn install(app: &App, node: &mut Node, tree: &mut bavl_core::Tree, r: &Restoring
     let what = format!("writing the restored state at height {}", r.height);
     node.reopen_store(&what, |home| home.install(tree, r.height, &opts));
     node.pending = None;
+    node.window = crate::metrics::Window::new(r.height + 1);
     tracing::info!(
         height = r.height,
         app_hash = %hex::encode(node.store.root()),
         bytes = r.bytes,
         "snapshot restored and written durably"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(height: u64, served: Option<Instant>) -> Held {
+        let mut t = bavl_core::Tree::new();
+        t.insert(&height.to_be_bytes(), b"v").unwrap();
+        let snap = t.snapshot();
+        let meta = plan(&snap, 1 << 20).unwrap();
+        Held { height, meta, snap, served: Arc::new(Mutex::new(served)) }
+    }
+
+    fn heights(h: &[Held]) -> Vec<u64> {
+        h.iter().map(|h| h.height).collect()
+    }
+
+    #[test]
+    fn a_snapshot_being_restored_outlives_keep_within_bounds() {
+        let now = Some(Instant::now());
+        let mut h = vec![held(10, None), held(20, None), held(30, None)];
+        prune(&mut h, 2);
+        assert_eq!(heights(&h), vec![20, 30]);
+        // 20 is being served: kept when 40 comes, dropped once 2 more are beyond keep.
+        *h[0].served.lock().unwrap() = now;
+        h.push(held(40, None));
+        prune(&mut h, 2);
+        assert_eq!(heights(&h), vec![20, 30, 40]);
+        h.push(held(50, now));
+        prune(&mut h, 2);
+        assert_eq!(heights(&h), vec![20, 40, 50]);
+        for x in [60, 70, 80] {
+            h.push(held(x, now));
+            prune(&mut h, 2);
+        }
+        assert_eq!(h.len(), 2 + EXTRA_KEPT);
+        assert_eq!(heights(&h), vec![50, 60, 70, 80]);
+    }
 }
