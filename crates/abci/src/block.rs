@@ -128,7 +128,7 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
     // that a joiner, which tries the newest snapshot first, is offered a forgery first.
     let forged = app.cfg().byzantine == Some(crate::byzantine::Lie::Forged);
     let base = if forged { version - 1 } else { version };
-    if interval > 0 && base > 0 && base % interval == 0 {
+    if interval > 0 && base > 0 && base.is_multiple_of(interval) {
         crate::statesync::take_snapshot(app, &mut node, version);
     }
     tracing::debug!(height, app_hash = %hex::encode(root), "committed");

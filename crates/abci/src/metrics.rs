@@ -44,7 +44,7 @@ impl Window {
     /// Logs the window ending at `height` if it is a multiple of `every`, and starts the
     /// next one.
     pub(crate) fn maybe_report(&mut self, height: u64, every: u64) {
-        if every == 0 || height % every != 0 || self.blocks == 0 {
+        if every == 0 || !height.is_multiple_of(every) || self.blocks == 0 {
             return;
         }
         let wall = self.since.elapsed().as_secs_f64();
