@@ -165,17 +165,25 @@ one_liar_tests! {
     a_source_resetting_every_other_chunk_is_banned_or_dropped: ResetTruncate,
 }
 
-/// 48 liars of `kind` and one honest, unpaced source: done within the grace and a few
-/// seconds, whatever the crowd does.
+/// 48 liars of `kind` beside the paced honest source: done within its own time, the grace
+/// and a few seconds, whatever the crowd does, and no liar left live (the sync lasts
+/// longer than the grace, so the client has had to judge every one it waited on).
 fn crowd(kind: Byzantine) {
     let snap = snapshot();
+    let honest_alone = {
+        let h = honest(&snap, PACE);
+        sync(&snap, &[h.url()]).1
+    };
     let liars: Vec<ServerHandle> = (0..48).map(|_| liar(&snap, kind)).collect();
-    let h = honest(&snap, Duration::ZERO);
+    let h = honest(&snap, PACE);
     let mut urls: Vec<String> = liars.iter().map(ServerHandle::url).collect();
     urls.push(h.url());
     let (health, took) = sync(&snap, &urls);
-    assert!(took <= GRACE + SLACK, "{kind}: 48 liars held the sync {took:?}");
+    let bound = honest_alone + GRACE + SLACK;
+    assert!(took <= bound, "{kind}: 48 liars held the sync {took:?} > {bound:?}");
     assert_eq!(health[48], Health::Live, "{kind}: the honest source");
+    let live = health[..48].iter().filter(|h| **h == Health::Live).count();
+    assert_eq!(live, 0, "{kind}: liars never banned or dropped: {:?}", &health[..48]);
 }
 
 #[test]
