@@ -253,6 +253,27 @@ fn status(rpc: &str, height: Option<u64>) -> Result<()> {
     Ok(())
 }
 
+/// Fetches the commit of `height` (waiting up to 30 s for it) and verifies its header.
+fn verified_header(
+    rpc: &str,
+    trusted: &bavl_abci::light::Trusted,
+    height: u64,
+) -> Result<bavl_abci::light::VerifiedHeader> {
+    let start = Instant::now();
+    let signed = loop {
+        match bavl_abci::rpc::get(rpc, &format!("/commit?height={height}")) {
+            Ok(v) if v["canonical"] == true => break v["signed_header"].clone(),
+            _ if start.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Ok(_) => bail!("no canonical commit of height {height} within 30 s"),
+            Err(e) => return Err(e).context("fetching the commit"),
+        }
+    };
+    bavl_abci::light::verify(trusted, &signed)
+        .with_context(|| format!("header {height} does not verify"))
+}
+
 fn query(rpc: &str, key_hex: &str, genesis: &std::path::Path) -> Result<()> {
     use bavl_abci::{light, query as q, rpc as r};
     let key = hex::decode(key_hex).context("--key must be hex")?;
@@ -262,19 +283,7 @@ fn query(rpc: &str, key_hex: &str, genesis: &std::path::Path) -> Result<()> {
         .with_context(|| format!("reading the validators of {}", genesis.display()))?;
     let (height, value, kind, proof) = r::query_key(rpc, &key).context("querying")?;
     // The state after block `height` is committed to by header `height + 1`.
-    let start = Instant::now();
-    let signed = loop {
-        match r::get(rpc, &format!("/commit?height={}", height + 1)) {
-            Ok(v) if v["canonical"] == true => break v["signed_header"].clone(),
-            _ if start.elapsed() < Duration::from_secs(30) => {
-                std::thread::sleep(Duration::from_millis(200))
-            }
-            Ok(_) => bail!("no canonical commit of height {} within 30 s", height + 1),
-            Err(e) => return Err(e).context("fetching the commit"),
-        }
-    };
-    let header = light::verify(&trusted, &signed)
-        .with_context(|| format!("header {} does not verify", height + 1))?;
+    let header = verified_header(rpc, &trusted, height + 1)?;
     let root: [u8; 32] = header.app_hash.as_slice().try_into().context("app hash length")?;
     match (&value, kind.as_str()) {
         (Some(v), q::OP_MEMBERSHIP) => {
