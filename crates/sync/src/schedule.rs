@@ -170,42 +170,67 @@ impl<H: Hasher> Syncer<H> {
         self.slots[index as usize].queued = false;
     }
 
-    /// When nothing is left to hand out. **Rescue:** a chunk none of whose copies is in
-    /// good hands (at a proven source, not overdue) is given to a proven source with room,
-    /// whatever the copy count: work never waits only on sources that have not proved
-    /// themselves, or that stopped delivering, while one that delivers is idle.
-    /// **Speculation** (if on): a chunk with a single copy gets a second one at any
-    /// source, for tail latency. Oldest first; the first copy to verify wins.
+    /// When nothing is left to hand out, oldest first, at most [`MAX_COPIES`] copies of a
+    /// chunk; the first copy to verify wins:
+    /// - **rescue:** a chunk none of whose copies is in good hands (at a proven source,
+    ///   not overdue) is given to a proven source with room: work never waits only on
+    ///   sources that have not proved themselves, or that stopped delivering, while one
+    ///   that delivers is idle;
+    /// - **hedge:** a chunk all of whose copies are expected later than a proven source
+    ///   with room would answer a new request is given to that source too (a crowd of
+    ///   slow but honest sources cannot hold the tail while a fast one idles);
+    /// - **speculation** (if on): a chunk with a single copy gets a second one at any
+    ///   source, against tail latency.
     fn rescue(&mut self, now: Duration) {
-        let mut chunks: HashMap<u64, (Duration, u8)> = HashMap::new();
+        // Per chunk in flight: the oldest copy, and the earliest expected answer of a copy
+        // in good hands (none: no copy is).
+        let mut chunks: HashMap<u64, (Duration, Option<Duration>)> = HashMap::new();
         for f in self.flights.values() {
             let Want::Chunk(i) = f.want else { continue };
             let src = &self.sources[f.source.0 as usize];
-            let good = u8::from(src.proven() && !overdue(now, f.sent, src.srtt()));
-            let e = chunks.entry(i).or_insert((f.sent, 0));
+            let good = src.proven() && !overdue(now, f.sent, src.srtt());
+            let eta = good.then(|| expected(now, f.sent, src.srtt()));
+            let e = chunks.entry(i).or_insert((f.sent, None));
             e.0 = e.0.min(f.sent);
-            e.1 += good;
+            e.1 = match (e.1, eta) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
-        let mut order: Vec<(Duration, u64, u8)> =
-            chunks.into_iter().map(|(i, (sent, good))| (sent, i, good)).collect();
+        let mut order: Vec<(Duration, u64, Option<Duration>)> =
+            chunks.into_iter().map(|(i, (sent, eta))| (sent, i, eta)).collect();
         order.sort_unstable();
-        for (_, index, good) in order {
+        for (_, index, eta) in order {
             let slot = &self.slots[index as usize];
             if slot.verifying > 0 || slot.done || slot.copies >= MAX_COPIES {
                 continue;
             }
-            let pick = if good == 0 {
-                self.pick(now, index, true)
-            } else if self.opts.speculate && slot.copies == 1 {
-                self.pick(now, index, false)
-            } else {
-                None
+            let lone = slot.copies == 1;
+            let best = self.pick(now, index, true);
+            let rescue = match (eta, best) {
+                (None, best) => best,
+                (Some(e), Some(best)) if self.answers_by(now, best.0) < e => Some(best),
+                _ => None,
             };
-            if let Some((source, size, guess)) = pick {
+            if let Some((source, size, guess)) = rescue {
+                self.status.rescues += 1;
+                self.send(now, source, Want::Chunk(index), size, guess);
+            } else if let Some((source, size, guess)) =
+                self.pick(now, index, false).filter(|_| self.opts.speculate && lone)
+            {
                 self.status.speculative += 1;
                 self.send(now, source, Want::Chunk(index), size, guess);
             }
         }
+    }
+
+    /// When a new request to `source` would be answered: a round trip from now, longer if
+    /// it has more in flight than its window holds.
+    fn answers_by(&self, now: Duration, source: SourceId) -> Duration {
+        let src = &self.sources[source.0 as usize];
+        let rtt = src.srtt().unwrap_or(Duration::MAX / 4);
+        let queue = f64::from(src.in_flight + 1) / f64::from(src.window().max(1));
+        now + rtt.mul_f64(queue.max(1.0))
     }
 
     /// How many live sources have not proved themselves, and how much they have in
@@ -418,6 +443,18 @@ struct Crowd {
 /// four round trips and 100 ms without its answer.
 fn overdue(now: Duration, sent: Duration, srtt: Option<Duration>) -> bool {
     now > overdue_at(sent, srtt)
+}
+
+/// When a request sent at `sent` to a source of smoothed round trip `srtt` is expected to
+/// be answered: a round trip after it was sent, or, if that has passed, a round trip from
+/// now (it is late, and no better than a new request).
+fn expected(now: Duration, sent: Duration, srtt: Option<Duration>) -> Duration {
+    let rtt = srtt.unwrap_or(Duration::ZERO);
+    if sent + rtt > now {
+        sent + rtt
+    } else {
+        now + rtt
+    }
 }
 
 /// When a request sent at `sent` to a source of smoothed round trip `srtt` falls overdue.

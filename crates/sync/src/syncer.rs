@@ -81,6 +81,10 @@ pub struct Status {
     pub chunk_requests: u64,
     pub refetches: u64,
     pub speculative: u64,
+    /// Copies given to a proven source because no copy was in good hands, or all were
+    /// expected later than it would answer (rescues and hedges; not counted in
+    /// `speculative`).
+    pub rescues: u64,
 }
 
 /// What the root and the first verified chunk say about the tree.

@@ -147,3 +147,19 @@ fn requests_in_flight_stay_within_max_in_flight() {
     let (log, _) = crowd(Behaviour::Stall, 64, 6);
     assert!(log.max_in_flight <= opts().max_in_flight as usize);
 }
+
+#[test]
+fn crowd_of_slow_honest_sources_does_not_hold_the_tail() {
+    // 48 honest sources far away and slow (above the minimum rate: never judged), the
+    // fast one last: what the slow ones hold at the end is hedged to the fast one.
+    let slow = Behaviour::Honest;
+    let mut s = new_sim(8);
+    let mut sources: Vec<SimSource> = (0..48).map(|_| SimSource::new(slow, 80, 30_000)).collect();
+    sources.push(honest());
+    s.add_all(sources);
+    let log = s.run();
+    assert!(log.done);
+    let tight = alone().mul_f64(1.5);
+    assert!(log.end <= tight, "{:?}, over 1.5 x alone {tight:?}", log.end);
+    assert!(s.syncer.sources().iter().all(|r| !matches!(r.health, Health::Banned(_))));
+}
