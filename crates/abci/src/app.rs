@@ -20,7 +20,7 @@ use tendermint_proto::v0_38::abci as pb;
 
 use crate::byzantine::Lie;
 use crate::home::{Home, HomeError};
-use crate::restore::Restoring;
+use crate::restore::Restorer;
 use crate::statesync::Held;
 use crate::tx::Tx;
 
@@ -42,6 +42,10 @@ pub struct Config {
     /// The size a snapshot bundle (ABCI chunk) aims at: the same on every node of a
     /// chain, or their snapshots differ and each is fetched from its own servers only.
     pub bundle_bytes: u64,
+    /// The snapshot format served and restored: [`crate::snapshot::FORMAT`] (1, bavl's),
+    /// or [`crate::baseline::FORMAT_BASELINE`] (2, the Cosmos-SDK-style baseline, for
+    /// comparisons only).
+    pub snapshot_format: u32,
     /// Serve lying snapshots (tests only; see [`crate::byzantine`]).
     pub byzantine: Option<Lie>,
 }
@@ -56,6 +60,7 @@ impl Config {
             store: Options::default(),
             app_version: 1,
             bundle_bytes: crate::snapshot::TARGET_BUNDLE_BYTES,
+            snapshot_format: crate::snapshot::FORMAT,
             byzantine: None,
         }
     }
@@ -67,7 +72,7 @@ pub(crate) struct Node {
     pub(crate) home: Home,
     /// The height finalized but not yet committed.
     pub(crate) pending: Option<u64>,
-    pub(crate) restoring: Option<Restoring>,
+    pub(crate) restoring: Option<Restorer>,
     pub(crate) snapshots: Vec<Held>,
     /// The finalized block's transactions, operations and time in FinalizeBlock.
     pub(crate) pending_work: (usize, usize, std::time::Duration),

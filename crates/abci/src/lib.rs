@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod baseline;
 mod block;
 pub mod byzantine;
 pub mod home;

@@ -77,6 +77,11 @@ struct ServeArgs {
     /// same on every node of a chain, or each serves a snapshot of its own.
     #[arg(long, default_value_t = bavl_abci::snapshot::TARGET_BUNDLE_BYTES)]
     bundle_bytes: u64,
+    /// The snapshot format: bavl (format 1) or baseline (format 2, the Cosmos-SDK-style
+    /// comparison: one zlib stream in 10 MiB chunks, checked against the app hash only
+    /// after the last). The same on every node of a chain.
+    #[arg(long, default_value = "bavl", value_parser = ["bavl", "baseline"])]
+    snapshot_format: String,
     /// TESTS ONLY: serve lying snapshots (wrong-bytes, other-height, truncated, forged).
     #[arg(long)]
     byzantine: Option<Lie>,
@@ -136,6 +141,9 @@ fn serve(a: ServeArgs) -> Result<()> {
     cfg.store.capacity = a.capacity;
     cfg.bundle_bytes = a.bundle_bytes.max(1);
     cfg.byzantine = a.byzantine;
+    if a.snapshot_format == "baseline" {
+        cfg.snapshot_format = bavl_abci::baseline::FORMAT_BASELINE;
+    }
     if let Some(lie) = a.byzantine {
         tracing::warn!(%lie, "BYZANTINE TEST MODE: this node serves lying snapshot chunks");
     }

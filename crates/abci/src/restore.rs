@@ -142,3 +142,33 @@ impl Restoring {
         }
     }
 }
+
+/// A restore of either format.
+pub enum Restorer {
+    Bavl(Restoring),
+    Baseline(crate::baseline::BaselineRestoring),
+}
+
+impl Restorer {
+    pub fn height(&self) -> u64 {
+        match self {
+            Restorer::Bavl(r) => r.height,
+            Restorer::Baseline(r) => r.height,
+        }
+    }
+
+    /// Bytes of the chunks kept so far.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Restorer::Bavl(r) => r.bytes,
+            Restorer::Baseline(r) => r.bytes,
+        }
+    }
+
+    pub fn apply(&mut self, index: u32, bytes: &[u8]) -> Applied {
+        match self {
+            Restorer::Bavl(r) => r.apply(index, bytes),
+            Restorer::Baseline(r) => r.apply(index, bytes),
+        }
+    }
+}

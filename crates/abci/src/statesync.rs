@@ -15,8 +15,9 @@ use bavl_core::Snapshot;
 use tendermint_proto::v0_38::abci as pb;
 
 use crate::app::{App, Node};
+use crate::baseline::{BaselineRestoring, Export, FORMAT_BASELINE};
 use crate::byzantine::{self, Lie};
-use crate::restore::{Applied, OfferError, Restoring};
+use crate::restore::{Applied, OfferError, Restorer, Restoring};
 use crate::snapshot::{encode_bundle, plan, Metadata, FORMAT, MAX_BUNDLE_BYTES};
 
 /// A snapshot that served a chunk this recently is kept beyond `snapshot_keep` (a joiner
@@ -26,11 +27,20 @@ pub const SERVING_GRACE: Duration = Duration::from_secs(120);
 /// peers keep asking for old ones).
 pub const EXTRA_KEPT: usize = 2;
 
+/// How a held snapshot is cut into ABCI chunks.
+#[derive(Clone)]
+pub(crate) enum Form {
+    /// Format 1: bundles of bavl chunks, encoded when asked for.
+    Bavl(Metadata),
+    /// Format 2, the baseline: a compressed stream exported at the snapshot height.
+    Baseline(Arc<Export>),
+}
+
 /// A snapshot this node serves.
 #[derive(Clone)]
 pub(crate) struct Held {
     pub(crate) height: u64,
-    pub(crate) meta: Metadata,
+    pub(crate) form: Form,
     pub(crate) snap: Snapshot,
     /// When it last served a chunk.
     pub(crate) served: Arc<Mutex<Option<Instant>>>,
@@ -38,12 +48,39 @@ pub(crate) struct Held {
 
 impl Held {
     fn describe(&self) -> pb::Snapshot {
+        let (format, hash, metadata) = match &self.form {
+            Form::Bavl(m) => (FORMAT, m.hash(self.height), m.encode()),
+            Form::Baseline(e) => (FORMAT_BASELINE, e.hash(), e.metadata.clone()),
+        };
+        let chunks = self.chunks() as u32;
         pb::Snapshot {
             height: self.height,
-            format: FORMAT,
-            chunks: self.meta.bundles() as u32,
-            hash: self.meta.hash(self.height).to_vec().into(),
-            metadata: self.meta.encode().into(),
+            format,
+            chunks,
+            hash: hash.to_vec().into(),
+            metadata: metadata.into(),
+        }
+    }
+
+    fn format(&self) -> u32 {
+        match self.form {
+            Form::Bavl(_) => FORMAT,
+            Form::Baseline(_) => FORMAT_BASELINE,
+        }
+    }
+
+    fn chunks(&self) -> u64 {
+        match &self.form {
+            Form::Bavl(m) => m.bundles(),
+            Form::Baseline(e) => e.chunks.len() as u64,
+        }
+    }
+
+    /// ABCI chunk `i`, if it exists.
+    fn chunk(&self, i: u64) -> Option<Vec<u8>> {
+        match &self.form {
+            Form::Bavl(m) => encode_bundle(&self.snap, m, i),
+            Form::Baseline(e) => e.chunks.get(usize::try_from(i).ok()?).cloned(),
         }
     }
 }
@@ -62,15 +99,19 @@ pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
         tracing::info!(height, "no snapshot of an empty state");
         return;
     };
+    let form = match app.cfg().snapshot_format {
+        FORMAT_BASELINE => Form::Baseline(Arc::new(Export::new(&snap))),
+        _ => Form::Bavl(meta),
+    };
+    let held = Held { height, form, snap, served: Default::default() };
     tracing::info!(
         height,
-        bundles = meta.bundles(),
-        chunks = meta.chunk_count,
-        per_bundle = meta.per_bundle,
+        format = held.format(),
+        bundles = held.chunks(),
         micros = start.elapsed().as_micros() as u64,
         "snapshot taken"
     );
-    node.snapshots.push(Held { height, meta, snap, served: Default::default() });
+    node.snapshots.push(held);
     prune(&mut node.snapshots, app.cfg().snapshot_keep.max(1));
 }
 
@@ -106,12 +147,12 @@ pub(crate) fn load_snapshot_chunk(
         let other = node.snapshots.iter().find(|s| s.height != req.height).cloned();
         (held, other)
     };
-    let Some(held) = held.filter(|_| req.format == FORMAT) else {
+    let Some(held) = held.filter(|h| req.format == h.format()) else {
         return pb::ResponseLoadSnapshotChunk::default();
     };
     *held.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     let i = u64::from(req.chunk);
-    let Some(mut bytes) = encode_bundle(&held.snap, &held.meta, i) else {
+    let Some(mut bytes) = held.chunk(i) else {
         return pb::ResponseLoadSnapshotChunk::default();
     };
     if bytes.len() > MAX_BUNDLE_BYTES {
@@ -120,8 +161,8 @@ pub(crate) fn load_snapshot_chunk(
     }
     if let Some(lie) = app.cfg().byzantine {
         let other_bundle = match other {
-            Some(o) => encode_bundle(&o.snap, &o.meta, i),
-            None => encode_bundle(&held.snap, &held.meta, (i + 1) % held.meta.bundles()),
+            Some(o) => o.chunk(i),
+            None => held.chunk((i + 1) % held.chunks()),
         };
         bytes = byzantine::corrupt(lie, bytes, other_bundle);
         tracing::warn!(height = req.height, chunk = i, %lie, "serving a lying chunk");
@@ -137,8 +178,15 @@ pub(crate) fn offer_snapshot(
     let Some(s) = req.snapshot else {
         return pb::ResponseOfferSnapshot { result: R::Reject as i32 };
     };
-    let offered =
-        Restoring::offer(s.height, s.format, s.chunks, &s.hash, &s.metadata, &req.app_hash);
+    let wanted = app.cfg().snapshot_format;
+    let offered = match s.format {
+        f if f != wanted => Err(OfferError::Format(f)),
+        FORMAT_BASELINE => BaselineRestoring::offer(s.height, s.chunks, &s.metadata, &req.app_hash)
+            .map(Restorer::Baseline)
+            .map_err(OfferError::Metadata),
+        _ => Restoring::offer(s.height, s.format, s.chunks, &s.hash, &s.metadata, &req.app_hash)
+            .map(Restorer::Bavl),
+    };
     let mut node = app.node();
     let result = match offered {
         Ok(r) => {
@@ -169,7 +217,7 @@ pub(crate) fn apply_snapshot_chunk(
         tracing::warn!(chunk = req.index, "ApplySnapshotChunk with no snapshot accepted");
         return answer(R::Abort);
     };
-    let height = restoring.height;
+    let height = restoring.height();
     match restoring.apply(req.index, &req.chunk) {
         Applied::Accepted { bundles_left } => {
             tracing::info!(height, chunk = req.index, bytes = req.chunk.len(), bundles_left, sender = %req.sender, "bundle verified and kept");
@@ -197,16 +245,16 @@ pub(crate) fn apply_snapshot_chunk(
     }
 }
 
-fn install(app: &App, node: &mut Node, tree: &mut bavl_core::Tree, r: &Restoring) {
-    let opts = app.cfg().store.clone();
-    let what = format!("writing the restored state at height {}", r.height);
-    node.reopen_store(&what, |home| home.install(tree, r.height, &opts));
+fn install(app: &App, node: &mut Node, tree: &mut bavl_core::Tree, r: &Restorer) {
+    let (height, opts) = (r.height(), app.cfg().store.clone());
+    let what = format!("writing the restored state at height {height}");
+    node.reopen_store(&what, |home| home.install(tree, height, &opts));
     node.pending = None;
-    node.window = crate::metrics::Window::new(r.height + 1);
+    node.window = crate::metrics::Window::new(height + 1);
     tracing::info!(
-        height = r.height,
+        height,
         app_hash = %hex::encode(node.store.root()),
-        bytes = r.bytes,
+        bytes = r.bytes(),
         "snapshot restored and written durably"
     );
 }
@@ -220,7 +268,7 @@ mod tests {
         t.insert(&height.to_be_bytes(), b"v").unwrap();
         let snap = t.snapshot();
         let meta = plan(&snap, 1 << 20).unwrap();
-        Held { height, meta, snap, served: Arc::new(Mutex::new(served)) }
+        Held { height, form: Form::Bavl(meta), snap, served: Arc::new(Mutex::new(served)) }
     }
 
     fn heights(h: &[Held]) -> Vec<u64> {
