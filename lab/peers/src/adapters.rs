@@ -107,7 +107,18 @@ pub fn compiled(name: &str) -> bool {
 /// Opens the Rust adapter `name` in `dir` (a new, empty directory). `expected_keys` sizes
 /// stores that need it (nomt's hash table).
 pub fn open(name: &str, dir: &Path, expected_keys: u64) -> Result<Box<dyn Adapter>> {
-    let _ = expected_keys;
+    open_with(name, dir, expected_keys, None)
+}
+
+/// [`open`], with nomt's page and leaf caches at `nomt_cache_mib` MiB each (for a memory
+/// limit; `None`: nomt's default of 256 MiB each).
+pub fn open_with(
+    name: &str,
+    dir: &Path,
+    expected_keys: u64,
+    nomt_cache_mib: Option<usize>,
+) -> Result<Box<dyn Adapter>> {
+    let _ = (expected_keys, nomt_cache_mib);
     Ok(match name {
         "bavl" => Box::new(Bavl::open(dir)?),
         "btreemap-floor" => Box::new(Floor::open(dir)?),
@@ -116,7 +127,9 @@ pub fn open(name: &str, dir: &Path, expected_keys: u64) -> Result<Box<dyn Adapte
         #[cfg(feature = "jmt")]
         "jmt-mock" => Box::new(crate::jmt_adapter::JmtMock::default()),
         #[cfg(feature = "nomt")]
-        "nomt" => Box::new(crate::nomt_adapter::NomtStore::open(dir, expected_keys)?),
+        "nomt" => {
+            Box::new(crate::nomt_adapter::NomtStore::open(dir, expected_keys, nomt_cache_mib)?)
+        }
         other if info(other).is_some() => {
             anyhow::bail!("{other} is not built into this binary (see --help for its feature)")
         }

@@ -43,9 +43,46 @@ pub struct ChildReport {
     /// CPU seconds of the whole child process, start to report.
     #[serde(default)]
     pub cpu_s_total: f64,
+    /// `/proc/self/io` at the start, after loading and after the last block (before the
+    /// read-back): bytes the process made the block layer read and write.
+    #[serde(default)]
+    pub io_start: Io,
+    #[serde(default)]
+    pub io_after_load: Io,
+    #[serde(default)]
+    pub io_after_blocks: Io,
+    /// `memory.max_usage_in_bytes` of the child's memory cgroup after the last block,
+    /// before the read-back (absent outside a cgroup).
+    #[serde(default)]
+    pub cgroup_max_usage_after_blocks: Option<u64>,
+    /// Seconds to open the closed store again (the `--reopen` flag of the child).
+    #[serde(default)]
+    pub reopen_s: Option<f64>,
     /// Whatever the store reports about itself.
     #[serde(default)]
     pub extra: serde_json::Value,
+}
+
+/// Counters of `/proc/self/io` (all threads of the process, io_uring workers included).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Io {
+    /// Bytes fetched from the storage layer (not served by the page cache).
+    pub read_bytes: u64,
+    /// Bytes sent (or, buffered, dirtied for sending) to the storage layer.
+    pub write_bytes: u64,
+}
+
+impl Io {
+    pub fn now() -> Io {
+        let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+        let f = |name: &str| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Io { read_bytes: f("read_bytes:"), write_bytes: f("write_bytes:") }
+    }
 }
 
 /// `VmRSS` and `VmHWM` of this process, in bytes.
@@ -80,6 +117,7 @@ pub fn run(name: &str, mut store: Box<dyn Adapter>, stream: &Path) -> Result<Chi
     let mut r = Reader::open(stream)?;
     let h = r.header;
     let mut rep = ChildReport { store: name.to_string(), ..Default::default() };
+    rep.io_start = Io::now();
     let t = Instant::now();
     let mut loaded = 0u64;
     loop {
@@ -98,6 +136,7 @@ pub fn run(name: &str, mut store: Box<dyn Adapter>, stream: &Path) -> Result<Chi
     rep.load_s = t.elapsed().as_secs_f64();
     rep.load_keys = loaded;
     rep.hwm_after_load_bytes = rss_hwm().1;
+    rep.io_after_load = Io::now();
     let total = h.warmup_blocks + h.blocks;
     let mut i = 0u64;
     while let Some(ops) = r.next_block()? {
@@ -125,6 +164,8 @@ pub fn run(name: &str, mut store: Box<dyn Adapter>, stream: &Path) -> Result<Chi
     let (rss, hwm) = rss_hwm();
     rep.rss_bytes = rss;
     rep.hwm_bytes = hwm;
+    rep.io_after_blocks = Io::now();
+    rep.cgroup_max_usage_after_blocks = crate::cgroup::own_max_usage();
     let t = Instant::now();
     let keys = universe(stream)?;
     let mut d = StateDigest::default();

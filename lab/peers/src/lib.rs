@@ -6,12 +6,14 @@
 //! - [`stream`]: the block stream file every store reads (also read by the Go program);
 //! - [`adapters`]: one adapter per Rust store (`jmt` and `nomt` behind the cargo features
 //!   of the same names);
-//! - [`child`]: what each child process does and reports.
+//! - [`child`]: what each child process does and reports;
+//! - [`cgroup`]: the cgroup v1 memory group a child can be run in (`cgroup` subcommand).
 //!
 //! Run it with `cargo run --release -p bavl-peers --features all -- run` (see `--help`).
 #![forbid(unsafe_code)]
 
 pub mod adapters;
+pub mod cgroup;
 pub mod child;
 pub mod stream;
 

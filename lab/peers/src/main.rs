@@ -5,6 +5,8 @@
 #[global_allocator]
 static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
 
+mod memlimit;
+mod memplot;
 mod plot;
 mod report;
 
@@ -62,6 +64,8 @@ struct Cli {
 enum Cmd {
     /// Run the comparison (see `bavl-peers --help`).
     Run(RunArgs),
+    /// Each store's run inside a cgroup v1 memory limit (root): the baseline of issue 20.
+    Cgroup(memlimit::CgroupArgs),
     /// List the stores, whether this build has them and their durability setting.
     List,
     /// Child process: one store on a stream file; prints a JSON report line.
@@ -122,6 +126,15 @@ struct ChildArgs {
     /// Keys the state will hold at the end (sizes nomt's hash table).
     #[arg(long)]
     expected_keys: u64,
+    /// Join this memory cgroup (its directory) before anything else.
+    #[arg(long)]
+    cgroup: Option<PathBuf>,
+    /// After the run, time opening the closed store again.
+    #[arg(long)]
+    reopen: bool,
+    /// nomt's page and leaf cache sizes, MiB each (default: nomt's 256).
+    #[arg(long)]
+    nomt_cache_mib: Option<usize>,
 }
 
 fn main() -> Result<()> {
@@ -129,6 +142,7 @@ fn main() -> Result<()> {
     bavl_alloc::keep_freed_memory();
     match Cli::parse().command {
         Cmd::Run(a) => run(a),
+        Cmd::Cgroup(a) => memlimit::run(a),
         Cmd::List => {
             for s in STORES {
                 let built = if s.name == "iavl" {
@@ -146,8 +160,19 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Child(a) => {
-            let store = adapters::open(&a.store, &a.dir, a.expected_keys)?;
-            let rep = child::run(&a.store, store, &a.stream)?;
+            if let Some(g) = &a.cgroup {
+                bavl_peers::cgroup::join(g)?;
+            }
+            let store = adapters::open_with(&a.store, &a.dir, a.expected_keys, a.nomt_cache_mib)?;
+            let mut rep = child::run(&a.store, store, &a.stream)?;
+            if a.reopen {
+                let t = Instant::now();
+                let store =
+                    adapters::open_with(&a.store, &a.dir, a.expected_keys, a.nomt_cache_mib)?;
+                rep.reopen_s = Some(t.elapsed().as_secs_f64());
+                eprintln!("[{}] reopened in {:.2} s", a.store, rep.reopen_s.unwrap_or(0.0));
+                store.close()?;
+            }
             println!("{}", serde_json::to_string(&rep)?);
             Ok(())
         }
@@ -155,7 +180,7 @@ fn main() -> Result<()> {
 }
 
 /// The workspace root (two levels above this crate).
-fn workspace() -> PathBuf {
+pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
@@ -282,7 +307,7 @@ fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn remove_dir(dir: &Path) -> Result<()> {
+pub fn remove_dir(dir: &Path) -> Result<()> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
@@ -311,8 +336,39 @@ fn build_go(go: &str) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// How a child ended: its exit status, its stdout and the last lines of its stderr.
+pub struct Ended {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub tail: Vec<String>,
+}
+
+impl Ended {
+    /// The last `n` lines of the child's stderr, joined.
+    pub fn last_lines(&self, n: usize) -> String {
+        let k = self.tail.len().saturating_sub(n);
+        self.tail[k..].join(" | ")
+    }
+
+    /// The child's JSON report line.
+    pub fn report(&self) -> Result<ChildReport> {
+        let line =
+            self.stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or("");
+        serde_json::from_str(line).with_context(|| format!("reading the child's report {line:?}"))
+    }
+}
+
 /// Runs a child, passing its progress (stderr) through, and parses its JSON line.
-fn run_child(mut cmd: Command, timeout: Duration) -> Result<ChildReport> {
+fn run_child(cmd: Command, timeout: Duration) -> Result<ChildReport> {
+    let e = wait_child(cmd, timeout)?;
+    if !e.status.success() {
+        bail!("child failed ({}): {}", e.status, e.last_lines(8));
+    }
+    e.report()
+}
+
+/// Runs a child to its end (killing it after `timeout`), passing its stderr through.
+pub fn wait_child(mut cmd: Command, timeout: Duration) -> Result<Ended> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -350,16 +406,7 @@ fn run_child(mut cmd: Command, timeout: Duration) -> Result<ChildReport> {
         std::thread::sleep(Duration::from_millis(50));
     };
     pass.join().ok();
-    let out = reader.join().map_err(|_| anyhow::anyhow!("stdout reader panicked"))??;
-    if !status.success() {
-        let tail = tail.lock().unwrap();
-        let last: Vec<&String> =
-            tail.iter().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
-        bail!(
-            "child failed ({status}): {}",
-            last.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" | ")
-        );
-    }
-    let line = out.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or("");
-    serde_json::from_str(line).with_context(|| format!("reading the child's report {line:?}"))
+    let stdout = reader.join().map_err(|_| anyhow::anyhow!("stdout reader panicked"))??;
+    let tail = std::mem::take(&mut *tail.lock().unwrap());
+    Ok(Ended { status, stdout, tail })
 }

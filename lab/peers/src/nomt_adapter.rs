@@ -35,12 +35,16 @@ pub struct NomtStore {
     nomt: Nomt<Sha2Hasher>,
     buckets: u32,
     concurrency: usize,
+    /// Page and leaf cache sizes, MiB each.
+    cache_mib: usize,
     /// Per commit: ms in `finish` (merkle update) and in `commit` (writing, syncing).
     split: Vec<(f64, f64)>,
 }
 
 impl NomtStore {
-    pub fn open(dir: &Path, expected_keys: u64) -> Result<NomtStore> {
+    /// Opens nomt in `dir` sized for `expected_keys`, with page and leaf caches of
+    /// `cache_mib` MiB each (nomt's default: 256).
+    pub fn open(dir: &Path, expected_keys: u64, cache_mib: Option<usize>) -> Result<NomtStore> {
         match nomt::check_iou_permissions() {
             nomt::IoUringPermission::Allowed => {}
             nomt::IoUringPermission::Denied => anyhow::bail!(
@@ -57,8 +61,11 @@ impl NomtStore {
         let buckets = buckets_for(expected_keys);
         o.hashtable_buckets(buckets);
         o.bitbox_seed(*b"bavl-peers-seed!");
+        let cache_mib = cache_mib.unwrap_or(256);
+        o.page_cache_size(cache_mib);
+        o.leaf_cache_size(cache_mib);
         let nomt = Nomt::open(o).context("opening nomt")?;
-        Ok(NomtStore { nomt, buckets, concurrency, split: Vec::new() })
+        Ok(NomtStore { nomt, buckets, concurrency, cache_mib, split: Vec::new() })
     }
 }
 
@@ -89,6 +96,8 @@ impl Adapter for NomtStore {
             "hashtable_occupied": u.occupied,
             "hashtable_occupancy": u.occupied as f64 / u.capacity.max(1) as f64,
             "commit_concurrency": self.concurrency,
+            "page_cache_mib": self.cache_mib,
+            "leaf_cache_mib": self.cache_mib,
             "split_note": "per commit (load commits first): ms in Session::finish (merkle update), ms in FinishedSession::commit (write + sync)",
             "finish_commit_ms": self.split,
         })
