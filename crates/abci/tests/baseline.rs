@@ -21,18 +21,6 @@ fn baseline_config(name: &str, lie: Option<Lie>) -> Config {
     cfg
 }
 
-fn model_at(h: u64) -> Tree {
-    let mut m = Tree::with_capacity(16).unwrap();
-    for b in 1..=h {
-        model_apply(&mut m, &block_txs(b, 20));
-    }
-    m
-}
-
-fn newest(app: &App) -> pb::Snapshot {
-    app.list_snapshots().snapshots.into_iter().max_by_key(|s| s.height).expect("a snapshot")
-}
-
 fn offer(app: &App, s: &pb::Snapshot, h: u64) -> i32 {
     let app_hash = model_at(h).root_hash().to_vec().into();
     app.offer_snapshot(pb::RequestOfferSnapshot { snapshot: Some(s.clone()), app_hash }).result

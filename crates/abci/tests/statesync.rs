@@ -47,11 +47,6 @@ fn apply(app: &App, i: u32, chunk: bytes::Bytes, sender: &str) -> pb::ResponseAp
     app.apply_snapshot_chunk(req)
 }
 
-fn newest(app: &App) -> pb::Snapshot {
-    let list = app.list_snapshots().snapshots;
-    list.into_iter().max_by_key(|s| s.height).expect("a snapshot")
-}
-
 /// The trusted app hash at height 10 (the model's), after checking that the honest
 /// server's snapshot at 10 claims it.
 fn root_at_10(honest: &App) -> [u8; 32] {
@@ -93,15 +88,6 @@ fn a_lying_bundle_costs_one_chunk_from_every_kind_of_liar() {
         assert_eq!(model_10.root_hash(), model.clone().root_hash());
         std::fs::remove_dir_all(&home).unwrap();
     }
-}
-
-/// The model's state after block `h`.
-fn model_at(h: u64) -> Tree {
-    let mut m = Tree::with_capacity(16).unwrap();
-    for b in 1..=h {
-        model_apply(&mut m, &block_txs(b, 20));
-    }
-    m
 }
 
 #[test]

@@ -93,3 +93,17 @@ pub fn info(app: &App) -> (i64, Vec<u8>) {
     let r = app.info(pb::RequestInfo::default());
     (r.last_block_height, r.last_block_app_hash.to_vec())
 }
+
+/// The model's state after block `h` of the test chain (20 transactions a block).
+pub fn model_at(h: u64) -> Tree {
+    let mut m = Tree::with_capacity(16).unwrap();
+    for b in 1..=h {
+        model_apply(&mut m, &block_txs(b, 20));
+    }
+    m
+}
+
+/// The newest snapshot `app` lists.
+pub fn newest(app: &App) -> pb::Snapshot {
+    app.list_snapshots().snapshots.into_iter().max_by_key(|s| s.height).expect("a snapshot")
+}
