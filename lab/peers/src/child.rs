@@ -113,7 +113,17 @@ pub fn cpu_ms() -> f64 {
 }
 
 /// Replays the stream at `stream` on `store` and reads the final state back.
-pub fn run(name: &str, mut store: Box<dyn Adapter>, stream: &Path) -> Result<ChildReport> {
+pub fn run(name: &str, store: Box<dyn Adapter>, stream: &Path) -> Result<ChildReport> {
+    run_with_batch(name, store, stream, LOAD_BATCH)
+}
+
+/// [`run`], loading the initial state in commits of `load_batch` keys.
+pub fn run_with_batch(
+    name: &str,
+    mut store: Box<dyn Adapter>,
+    stream: &Path,
+    load_batch: usize,
+) -> Result<ChildReport> {
     let mut r = Reader::open(stream)?;
     let h = r.header;
     let mut rep = ChildReport { store: name.to_string(), ..Default::default() };
@@ -121,12 +131,15 @@ pub fn run(name: &str, mut store: Box<dyn Adapter>, stream: &Path) -> Result<Chi
     let t = Instant::now();
     let mut loaded = 0u64;
     loop {
-        let batch = r.initial_batch(LOAD_BATCH)?;
+        let batch = r.initial_batch(load_batch.max(1))?;
         if batch.is_empty() {
             break;
         }
         store.commit_block(&batch)?;
         loaded += batch.len() as u64;
+        if !loaded.is_multiple_of(LOAD_BATCH as u64) && loaded != h.initial_keys {
+            continue;
+        }
         eprintln!(
             "[{name}] loaded {loaded}/{} keys ({:.1} s)",
             h.initial_keys,

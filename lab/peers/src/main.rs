@@ -7,6 +7,7 @@ static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
 
 mod memlimit;
 mod memplot;
+mod memrecord;
 mod plot;
 mod report;
 
@@ -132,6 +133,9 @@ struct ChildArgs {
     /// After the run, time opening the closed store again.
     #[arg(long)]
     reopen: bool,
+    /// Initial keys per commit while loading.
+    #[arg(long, default_value_t = child::LOAD_BATCH)]
+    load_batch: usize,
     /// nomt's page and leaf cache sizes, MiB each (default: nomt's 256).
     #[arg(long)]
     nomt_cache_mib: Option<usize>,
@@ -164,7 +168,7 @@ fn main() -> Result<()> {
                 bavl_peers::cgroup::join(g)?;
             }
             let store = adapters::open_with(&a.store, &a.dir, a.expected_keys, a.nomt_cache_mib)?;
-            let mut rep = child::run(&a.store, store, &a.stream)?;
+            let mut rep = child::run_with_batch(&a.store, store, &a.stream, a.load_batch)?;
             if a.reopen {
                 let t = Instant::now();
                 let store =

@@ -9,7 +9,7 @@ use anyhow::{anyhow, Result};
 use bavl_plotfont::FONT;
 use plotters::prelude::*;
 
-use crate::memlimit::RunRecord;
+use crate::memrecord::RunRecord;
 
 type E = Box<dyn std::error::Error>;
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
