@@ -30,7 +30,10 @@ pub struct CgroupArgs {
     /// Initial key counts, comma-separated (default 1000000,10000000; 200000 with --quick).
     #[arg(long, value_delimiter = ',')]
     keys: Option<Vec<u64>>,
-    /// Stores, comma-separated, run in this order at each key count.
+    /// Stores, comma-separated, run in this order at each key count: the Rust stores of
+    /// `bavl-peers list`, and `bavl-purge`: bavl with mimalloc returning freed memory to the
+    /// OS after its default delay (MIMALLOC_PURGE_DELAY=10) instead of keeping it as the
+    /// `bavl` binary does (`bavl_alloc::keep_freed_memory`).
     #[arg(long, value_delimiter = ',', default_value = "nomt,bavl")]
     stores: Vec<String>,
     /// The memory limit of each store's group, e.g. 2GiB (default 2GiB; 1GiB with --quick:
@@ -93,6 +96,7 @@ const NOTES: &[&str] = &[
     "ram_bytes_per_key and cgroup_bytes_per_key: rss_peak_bytes and cgroup_peak_before_readback_bytes over keys_final; disk_bytes_per_key: the store directory's allocated bytes after the run over keys_final.",
     "write_bytes_per_op and read_bytes_per_op: /proc/self/io write_bytes and read_bytes of the child over the measured blocks, per operation (all threads, io_uring workers included; buffered writes count when dirtied); pages_4k_read_per_op = read_bytes_per_op / 4096.",
     "The block stream is written by the parent (outside the group), so the child reads it from the page cache charged to the parent; the parent holds the generated state in a BTreeMap while generating (not charged to the group).",
+    "Every child runs on mimalloc told to keep the memory it frees (bavl_alloc::keep_freed_memory, as the `bavl` binary ships), so a process's resident set never falls below its high-water mark; `bavl-purge` is bavl with MIMALLOC_PURGE_DELAY=10 (mimalloc's default: freed memory returned to the OS after 10 ms). nomt's page pool is its own mmap and never shrinks either way.",
     "reopen_s: opening the closed store again inside the same group (bavl: Store::open, checkpoint load + log replay; nomt: Nomt::open).",
 ];
 
@@ -113,11 +117,20 @@ pub fn nomt_cache_mib(limit: u64) -> usize {
     ((limit >> 20) / 8).max(16) as usize
 }
 
+/// The child's store and environment for a store name of this subcommand.
+fn child_store(name: &str) -> (&str, Option<(&'static str, &'static str)>) {
+    match name {
+        "bavl-purge" => ("bavl", Some(("MIMALLOC_PURGE_DELAY", "10"))),
+        n => (n, None),
+    }
+}
+
 pub fn run(a: CgroupArgs) -> Result<()> {
     let wall = Instant::now();
     let root = workspace();
     let (keys_list, limit, blocks, warmup) = defaults(&a)?;
     for n in &a.stores {
+        let n = child_store(n).0;
         if adapters::info(n).is_none() || n == "iavl" {
             bail!("store {n:?} cannot run here (Rust stores of `bavl-peers list` only)");
         }
@@ -174,7 +187,9 @@ pub fn run(a: CgroupArgs) -> Result<()> {
             remove_dir(&store_dir)?;
             let g = MemCgroup::create(&format!("{name}-{keys}"), limit)?;
             let mut c = Command::new(std::env::current_exe()?);
-            c.arg("child").args(["--store", name]).arg("--stream").arg(&stream_path);
+            let (store, env) = child_store(name);
+            c.arg("child").args(["--store", store]).arg("--stream").arg(&stream_path);
+            c.envs(env);
             c.arg("--dir").arg(&store_dir).arg("--expected-keys").arg(expected.keys.to_string());
             c.arg("--cgroup").arg(g.path()).arg("--reopen");
             c.arg("--load-batch").arg(a.load_batch.to_string());

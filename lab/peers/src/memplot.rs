@@ -46,6 +46,8 @@ fn human(v: f64) -> String {
 fn color(r: &RunRecord) -> RGBColor {
     if r.store == "bavl" {
         RGBColor(31, 102, 181)
+    } else if r.store.starts_with("bavl") {
+        RGBColor(23, 160, 190)
     } else if r.store == "nomt" {
         RGBColor(214, 110, 20)
     } else {
