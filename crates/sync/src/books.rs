@@ -145,16 +145,12 @@ impl<H: Hasher> Syncer<H> {
         }
     }
 
-    /// Chunk `index`, asked of the winner at `sent` and answered in `rtt`, verified: its
-    /// other copies are cancelled, and each source that had been asked for it earlier and
-    /// has not answered for longer than four of the winner's round trips and 100 ms was
-    /// outrun (a source only a little slower than the winner was not).
-    pub(crate) fn cancel_copies(&mut self, index: u64, sent: Duration, rtt: Duration) {
-        let now = self.now;
-        let patience = rtt * 4 + Duration::from_millis(100);
-        let outrun = |f: &&Flight| {
-            f.want == Want::Chunk(index) && f.sent < sent && now.saturating_sub(f.sent) > patience
-        };
+    /// Chunk `index`, asked of the winner at `sent`, verified: its other copies are
+    /// cancelled, and each source that had been asked for it earlier was outrun (what the
+    /// report at completion holds against a source that delivered nothing; dropping one
+    /// during the sync takes more patience: `drop_outrun`).
+    pub(crate) fn cancel_copies(&mut self, index: u64, sent: Duration) {
+        let outrun = |f: &&Flight| f.want == Want::Chunk(index) && f.sent < sent;
         for f in self.flights.values().filter(outrun) {
             self.sources[f.source.0 as usize].outrun += 1;
         }

@@ -166,7 +166,7 @@ impl<H: Hasher> Syncer<H> {
                 let (index, source) = (p.index, p.source);
                 self.actions.push_back(Action::Accepted { index, source, body: v.body });
                 self.drop_outrun(index, p.sent, p.rtt);
-                self.cancel_copies(index, p.sent, p.rtt);
+                self.cancel_copies(index, p.sent);
             }
             Ok(_) => {
                 let e = bavl_core::ProofError::Structure("verified for another index or root");

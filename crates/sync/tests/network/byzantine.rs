@@ -51,10 +51,15 @@ fn run_with(liars: &[Behaviour], seed: u64) -> Vec<Health> {
     let mut tree = s.syncer.finish().unwrap();
     assert_eq!(tree.root_hash(), root);
     let honest = &reports[liars.len()..];
-    assert!(
-        honest.iter().all(|r| r.health == Health::Live),
-        "honest sources stay live: {honest:?}"
-    );
+    // Honest sources are never banned; one that delivered nothing before the others
+    // finished may end dropped as unproductive (outrun), never for anything else.
+    let fine = |r: &&bavl_sync::SourceReport| match &r.health {
+        Health::Live => true,
+        Health::Dropped(bavl_sync::DropReason::Unproductive { .. }) => r.stats.chunks == 0,
+        _ => false,
+    };
+    assert!(honest.iter().all(|r| fine(&r)), "honest sources: {honest:?}");
+    assert!(honest.iter().any(|r| r.health == Health::Live), "honest sources: {honest:?}");
     reports[..liars.len()].iter().map(|r| r.health.clone()).collect()
 }
 
