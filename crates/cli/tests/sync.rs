@@ -115,8 +115,15 @@ fn sync_from_server_mirror_and_liar_writes_a_store() {
     assert_eq!(store.get(b"second"), Some(&b"version"[..]));
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(s["sources"][0]["health"], "banned", "{s}");
-    assert_eq!(s["sources"][1]["health"], "live");
-    assert_eq!(s["sources"][2]["health"], "live");
+    // The honest sources: live, or (one that delivered nothing before the other
+    // finished) dropped as unproductive; never banned.
+    for src in &s["sources"].as_array().unwrap()[1..] {
+        let reason = src["reason"].as_str().unwrap_or("");
+        let outrun = src["health"] == "dropped" && reason.contains("unproductive");
+        assert!(src["health"] == "live" || (outrun && src["chunks"] == 0), "{s}");
+    }
+    let live = s["sources"].as_array().unwrap().iter().filter(|x| x["health"] == "live").count();
+    assert!(live >= 1, "{s}");
     assert_eq!(s["resumed"], 0);
     // --db now holds a store: a second sync refuses it (exit 2), and says so in its summary.
     let out = bavl_sync(&dst, &root, v, &peers[1..], &json).output().unwrap();
@@ -214,7 +221,16 @@ fn a_store_served_while_it_commits() {
         connect_timeout: Duration::from_secs(2),
     };
     let before = commits.load(Ordering::Relaxed);
-    let done = http::download(root, v, &cfg, &mut |_, _, _| {}).unwrap();
+    // The sync can be faster than one commit: its first progress call waits (5 s at
+    // most) for a commit, so the two certainly overlap.
+    let waited = std::time::Instant::now();
+    let done = http::download(root, v, &cfg, &mut |_, _, _| {
+        while commits.load(Ordering::Relaxed) == before && waited.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+    .unwrap();
     let during = commits.load(Ordering::Relaxed) - before;
     stop.store(true, Ordering::Relaxed);
     let retained = writer.join().unwrap();
