@@ -136,6 +136,12 @@ struct ChildArgs {
     /// Initial keys per commit while loading.
     #[arg(long, default_value_t = child::LOAD_BATCH)]
     load_batch: usize,
+    /// Skip reading the final state back (a `--read-back-only` child does it later).
+    #[arg(long)]
+    no_read_back: bool,
+    /// Only open the store left in --dir and read every key back (count and digest).
+    #[arg(long)]
+    read_back_only: bool,
     /// nomt's page and leaf cache sizes, MiB each (default: nomt's 256).
     #[arg(long)]
     nomt_cache_mib: Option<usize>,
@@ -163,24 +169,37 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Child(a) => {
-            if let Some(g) = &a.cgroup {
-                bavl_peers::cgroup::join(g)?;
-            }
-            let store = adapters::open_with(&a.store, &a.dir, a.expected_keys, a.nomt_cache_mib)?;
-            let mut rep = child::run_with_batch(&a.store, store, &a.stream, a.load_batch)?;
-            if a.reopen {
-                let t = Instant::now();
-                let store =
-                    adapters::open_with(&a.store, &a.dir, a.expected_keys, a.nomt_cache_mib)?;
-                rep.reopen_s = Some(t.elapsed().as_secs_f64());
-                eprintln!("[{}] reopened in {:.2} s", a.store, rep.reopen_s.unwrap_or(0.0));
-                store.close()?;
-            }
-            println!("{}", serde_json::to_string(&rep)?);
-            Ok(())
-        }
+        Cmd::Child(a) => child_main(a),
     }
+}
+
+/// The child process: one store on the stream, its report as a JSON line on stdout.
+fn child_main(a: ChildArgs) -> Result<()> {
+    if let Some(g) = &a.cgroup {
+        bavl_peers::cgroup::join(g)?;
+    }
+    let open = || adapters::open_with(&a.store, &a.dir, a.expected_keys, a.nomt_cache_mib);
+    let rep = if a.read_back_only {
+        let mut store = open()?;
+        let mut rep = ChildReport { store: a.store.clone(), ..Default::default() };
+        child::read_back(&a.store, store.as_mut(), &a.stream, &mut rep)?;
+        store.close()?;
+        rep
+    } else {
+        let store = open()?;
+        let mut rep =
+            child::run_with_batch(&a.store, store, &a.stream, a.load_batch, !a.no_read_back)?;
+        if a.reopen {
+            let t = Instant::now();
+            let store = open()?;
+            rep.reopen_s = Some(t.elapsed().as_secs_f64());
+            eprintln!("[{}] reopened in {:.2} s", a.store, rep.reopen_s.unwrap_or(0.0));
+            store.close()?;
+        }
+        rep
+    };
+    println!("{}", serde_json::to_string(&rep)?);
+    Ok(())
 }
 
 /// The workspace root (two levels above this crate).

@@ -4,7 +4,8 @@
 //! Per (key count, store): a fresh memory group with the limit ([`bavl_peers::cgroup`]),
 //! the usual child process joined to it, and afterwards the kernel's counters (peak usage,
 //! limit hits, OOM kills), the child's own figures (block latencies, VmHWM, `/proc/self/io`
-//! before and after the measured blocks, reopen time) and the directory's size. A child the
+//! before and after the measured blocks, reopen time) and the directory's size; then a
+//! second child, outside the group, reads every key back to check the final state. A child the
 //! OOM killer ends is a result, not an error: it is recorded with the last progress line
 //! it printed (how many keys it had loaded, or which block it was on). The JSON is
 //! rewritten after every run, so a run cut short keeps what it measured.
@@ -97,6 +98,7 @@ const NOTES: &[&str] = &[
     "write_bytes_per_op and read_bytes_per_op: /proc/self/io write_bytes and read_bytes of the child over the measured blocks, per operation (all threads, io_uring workers included; buffered writes count when dirtied); pages_4k_read_per_op = read_bytes_per_op / 4096.",
     "The block stream is written by the parent (outside the group), so the child reads it from the page cache charged to the parent; the parent holds the generated state in a BTreeMap while generating (not charged to the group).",
     "Every child runs on mimalloc told to keep the memory it frees (bavl_alloc::keep_freed_memory, as the `bavl` binary ships), so a process's resident set never falls below its high-water mark; `bavl-purge` is bavl with MIMALLOC_PURGE_DELAY=10 (mimalloc's default: freed memory returned to the OS after 10 ms). nomt's page pool is its own mmap and never shrinks either way.",
+    "The final state (key count and digest of every key the stream ever wrote) is checked by a second child process outside the memory group, after the measured one has closed the store: that read-back holds the sorted list of keys (200 MB at 10M) and is a check, not a measurement (inside the group, nomt at 10M was OOM-killed by it after its last block).",
     "reopen_s: opening the closed store again inside the same group (bavl: Store::open, checkpoint load + log replay; nomt: Nomt::open).",
 ];
 
@@ -191,7 +193,7 @@ pub fn run(a: CgroupArgs) -> Result<()> {
             c.arg("child").args(["--store", store]).arg("--stream").arg(&stream_path);
             c.envs(env);
             c.arg("--dir").arg(&store_dir).arg("--expected-keys").arg(expected.keys.to_string());
-            c.arg("--cgroup").arg(g.path()).arg("--reopen");
+            c.arg("--cgroup").arg(g.path()).arg("--reopen").arg("--no-read-back");
             c.arg("--load-batch").arg(a.load_batch.to_string());
             c.arg("--nomt-cache-mib").arg(nomt_cache_mib(limit).to_string());
             let t = Instant::now();
@@ -200,8 +202,27 @@ pub fn run(a: CgroupArgs) -> Result<()> {
             let stats = g.stats()?;
             g.remove()?;
             let disk = report::disk_usage(&store_dir);
-            let rec =
-                record(name, keys, &stats, ended, disk.allocated_bytes, child_wall_s, &expected);
+            // The read-back (every key ever written, sorted in memory: 200 MB at 10M) is a
+            // check, not a measurement: a second child does it outside the group.
+            let readback = match &ended {
+                Ok(e) if e.status.success() => {
+                    eprintln!("  reading every key back (outside the memory group)");
+                    let mut c = Command::new(std::env::current_exe()?);
+                    c.arg("child").args(["--store", store]).arg("--stream").arg(&stream_path);
+                    c.arg("--dir").arg(&store_dir);
+                    c.arg("--expected-keys").arg(expected.keys.to_string());
+                    c.arg("--read-back-only");
+                    let timeout = Duration::from_secs(a.child_timeout_s);
+                    Some(wait_child(c, timeout).and_then(|e| {
+                        anyhow::ensure!(e.status.success(), "{}: {}", e.status, e.last_lines(3));
+                        e.report()
+                    }))
+                }
+                _ => None,
+            };
+            let mut rec =
+                record(name, keys, &stats, ended, readback, disk.allocated_bytes, &expected);
+            rec.child_wall_s = (child_wall_s * 100.0).round() / 100.0;
             eprintln!("  {}", one_line(&rec));
             runs.push(rec);
             if !a.keep {

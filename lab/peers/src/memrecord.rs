@@ -6,6 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use anyhow::Result;
 use bavl_peers::cgroup;
+use bavl_peers::child::ChildReport;
 use bavl_peers::stream;
 use serde::Serialize;
 
@@ -92,8 +93,8 @@ pub fn record(
     keys: u64,
     stats: &cgroup::CgroupStats,
     ended: Result<crate::Ended>,
+    readback: Option<Result<ChildReport>>,
     disk_bytes: u64,
-    child_wall_s: f64,
     expected: &stream::Expected,
 ) -> RunRecord {
     let mut r = RunRecord {
@@ -128,7 +129,7 @@ pub fn record(
         load_write_bytes_per_key: None,
         reopen_s: None,
         verify_s: None,
-        child_wall_s: (child_wall_s * 100.0).round() / 100.0,
+        child_wall_s: 0.0,
         block_ms: Vec::new(),
         store_extra: serde_json::Value::Null,
     };
@@ -147,14 +148,26 @@ pub fn record(
         r.error = Some(format!("{}: {}", ended.status, ended.last_lines(3)));
         return r;
     }
-    match ended.report() {
-        Ok(c) => fill(&mut r, &c, expected),
-        Err(e) => r.error = Some(format!("{e:#}")),
+    let mut c = match ended.report() {
+        Ok(c) => c,
+        Err(e) => {
+            r.error = Some(format!("{e:#}"));
+            return r;
+        }
+    };
+    match readback {
+        Some(Ok(v)) => (c.keys, c.digest, c.verify_s) = (v.keys, v.digest, v.verify_s),
+        Some(Err(e)) => {
+            r.error = Some(format!("reading the state back: {e:#}"));
+            return r;
+        }
+        None => {}
     }
+    fill(&mut r, &c, expected);
     r
 }
 
-fn fill(r: &mut RunRecord, c: &bavl_peers::child::ChildReport, expected: &stream::Expected) {
+fn fill(r: &mut RunRecord, c: &ChildReport, expected: &stream::Expected) {
     let matches = c.keys == expected.keys && c.digest == expected.digest;
     r.status = if matches { "ok" } else { "wrong-state" }.into();
     r.state_matches = Some(matches);
