@@ -104,7 +104,12 @@ impl Report {
             // verify): only its manifest lies.
             Some(b) if b.lies_on_manifests() => p.health == "banned",
             Some(Byzantine::HttpError) => p.health != "banned" && p.chunks == 0,
-            Some(Byzantine::Stall | Byzantine::Trickle) => p.health != "dropped" && p.chunks == 0,
+            // Lies that show only if the sync waits for them (the grace period, a body to its
+            // end, several redirects): a source that has delivered takes over what they hold
+            // (docs/sync-protocol.md §4, rescue), so they end banned, dropped (outrun,
+            // unproductive) or, in a sync too short to tell, live; nothing is taken from them.
+            Some(Byzantine::Stall | Byzantine::Trickle | Byzantine::Endless) => p.chunks == 0,
+            Some(Byzantine::RedirectLoop) => p.chunks == 0,
             Some(_) => p.health == "banned" && p.chunks == 0,
         });
         self.fetched_bytes = s.fetched_bytes;
