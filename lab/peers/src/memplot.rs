@@ -10,6 +10,7 @@ use bavl_plotfont::FONT;
 use plotters::prelude::*;
 
 use crate::memrecord::RunRecord;
+use crate::plot::human;
 
 type E = Box<dyn std::error::Error>;
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
@@ -27,19 +28,6 @@ pub fn keys_label(k: u64) -> String {
         format!("{:.0}k", k as f64 / 1e3)
     } else {
         k.to_string()
-    }
-}
-
-fn human(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.1}")
     }
 }
 

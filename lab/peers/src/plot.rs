@@ -22,7 +22,8 @@ fn color(o: &Outcome) -> RGBColor {
     }
 }
 
-fn human(v: f64) -> String {
+/// 1.23M, 45k, 512, 3.5: a value short enough for a bar label.
+pub fn human(v: f64) -> String {
     let a = v.abs();
     if a >= 1e6 {
         format!("{:.2}M", v / 1e6)
