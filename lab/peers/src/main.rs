@@ -52,7 +52,8 @@ and writes the JSON report, a CSV and a PNG.
 Examples:
   cargo run --release -p bavl-peers --features all -- run            # full: 1M keys, 30 blocks
   cargo run --release -p bavl-peers --features all -- run --quick    # smoke: 50k keys, 3 blocks
-  cargo run --release -p bavl-peers -- run --stores bavl,iavl        # without the Rust peers";
+  cargo run --release -p bavl-peers -- run --stores bavl,iavl        # without the Rust peers
+  cargo run --release -p bavl-peers --features nomt -- cgroup        # under a memory limit (root)";
 
 #[derive(Parser)]
 #[command(name = "bavl-peers", about = "bavl beside jmt, nomt, IAVL and a BTreeMap floor on Workload B", long_about = LONG_ABOUT)]
@@ -66,6 +67,20 @@ enum Cmd {
     /// Run the comparison (see `bavl-peers --help`).
     Run(RunArgs),
     /// Each store's run inside a cgroup v1 memory limit (root): the baseline of issue 20.
+    ///
+    /// Per key count, the parent writes the block stream once; each store then runs in its
+    /// own child process inside its own memory group (the limit, swappiness 0): the load in
+    /// commits of --load-batch keys, warm-up and measured blocks, a reopen. The kernel's
+    /// counters (peak usage with page cache, limit hits, OOM kills) and the child's
+    /// (VmHWM, /proc/self/io over the measured blocks) go to the JSON; an OOM kill is
+    /// recorded with the keys loaded by then. A second child, outside the group, reads
+    /// every key back and the final state must match. Needs root and /sys/fs/cgroup/memory.
+    ///
+    /// Examples:
+    ///   bavl-peers cgroup                                     # 1M and 10M keys, 2 GiB
+    ///   bavl-peers cgroup --keys 30000000 --memory-limit 1GiB
+    ///   bavl-peers cgroup --quick --out /tmp/paged-baseline.json   # smoke, ~15 s
+    #[command(verbatim_doc_comment)]
     Cgroup(memlimit::CgroupArgs),
     /// List the stores, whether this build has them and their durability setting.
     List,

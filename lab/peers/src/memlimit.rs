@@ -67,8 +67,8 @@ pub struct CgroupArgs {
     dir: Option<PathBuf>,
     #[arg(long)]
     keep: bool,
-    /// JSON report (default docs/results/paged-baseline.json; the PNG goes to the directory
-    /// named after it without `-baseline.json`... i.e. docs/results/paged/baseline.png).
+    /// JSON report (default docs/results/paged-baseline.json); the PNG goes beside it,
+    /// `A-B.json` -> `A/B.png` (docs/results/paged/baseline.png), `X.json` -> `X/X.png`.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Give up on a store's child after this many seconds.
