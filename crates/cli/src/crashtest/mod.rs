@@ -24,11 +24,10 @@
 //! `--max-keys` the store is deleted and built again: a new epoch, with the next seed.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -41,9 +40,14 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::json;
 
+mod checks;
+mod child;
+
 use crate::blocks::Workload;
 use crate::store_cmds::{store_error, RecoveryJson};
 use crate::text::{group, human, ms};
+use checks::{check_store, copy_dir, report, resync};
+use child::{read_stderr, read_stdout, spawn_child};
 
 /// Versions the children retain (the loadtest's --keep).
 const CHILD_KEEP: u64 = 4;
@@ -155,66 +159,6 @@ struct Row {
     ok: bool,
 }
 
-/// Kills and reaps the child when dropped (also on an early return).
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// What the child printed.
-#[derive(Default)]
-struct Printed {
-    opened: Option<(u64, Digest)>,
-    commits: Vec<(u64, Digest)>,
-    bad_lines: Vec<String>,
-}
-
-fn parse_line(line: &str) -> Option<(&str, u64, Digest)> {
-    let mut w = line.split_whitespace();
-    let what = w.next()?;
-    let version = w.next()?.parse().ok()?;
-    let root: Digest = hex::decode(w.next()?).ok()?.try_into().ok()?;
-    w.next().is_none().then_some((what, version, root))
-}
-
-/// Reads the child's stdout until it closes; signals `opened` at the `opened` line.
-fn read_stdout(out: impl Read + Send + 'static, opened: mpsc::Sender<()>) -> JoinHandle<Printed> {
-    std::thread::spawn(move || {
-        let mut p = Printed::default();
-        let mut r = BufReader::new(out);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match r.read_line(&mut line) {
-                Ok(0) | Err(_) => break,
-                // A line without its newline was cut by the kill: not a report.
-                Ok(_) if !line.ends_with('\n') => break,
-                Ok(_) => match parse_line(&line) {
-                    Some(("committed", v, root)) => p.commits.push((v, root)),
-                    Some(("opened", v, root)) if p.opened.is_none() => {
-                        p.opened = Some((v, root));
-                        let _ = opened.send(());
-                    }
-                    _ => p.bad_lines.push(line.trim_end().to_string()),
-                },
-            }
-        }
-        p
-    })
-}
-
-fn read_stderr(err: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = BufReader::new(err).take(64 << 10).read_to_string(&mut s);
-        s
-    })
-}
-
 fn policy(args: &CrashtestArgs) -> CheckpointPolicy {
     CheckpointPolicy::Auto {
         log_ratio: 0.0,
@@ -289,34 +233,6 @@ struct Run {
     open: Vec<f64>,
     epochs: u64,
     kept: Vec<String>,
-}
-
-fn spawn_child(
-    exe: &Path,
-    dir: &Path,
-    args: &CrashtestArgs,
-    e: &Epoch,
-    mix: Mix,
-) -> Result<ChildGuard> {
-    let mut cmd = Command::new(exe);
-    cmd.arg("loadtest")
-        .arg("--db")
-        .arg(dir)
-        .args(["--blocks", &CHILD_BLOCKS.to_string()])
-        .args(["--inserts", &mix.inserts.to_string()])
-        .args(["--updates", &mix.updates.to_string()])
-        .args(["--deletes", &mix.deletes.to_string()])
-        .args(["--seed", &e.seed.to_string()])
-        .args(["--capacity", &args.capacity.to_string()])
-        .args(["--keep", &CHILD_KEEP.to_string()])
-        .args(["--checkpoint-mb", &args.checkpoint_mb.to_string()])
-        .args(["--checkpoint-ratio", "0"])
-        .args(["--print-roots", "--quiet"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().with_context(|| format!("spawning {}", exe.display()))?;
-    Ok(ChildGuard(child))
 }
 
 pub fn run(args: &CrashtestArgs) -> Result<ExitCode> {
@@ -556,150 +472,4 @@ pub fn run(args: &CrashtestArgs) -> Result<ExitCode> {
     }
     report(args, &r, &dir, keep, elapsed, mix)?;
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-/// After a failure of (b), the reference restarts from what the store has, so that the
-/// later iterations check what happens next.
-fn resync(e: &mut Epoch, store: &Store, mix: Mix) {
-    e.reference = store.latest().to_tree();
-    e.version = store.version();
-    e.roots.retain(|&v, _| v < e.version);
-    e.roots.insert(e.version, store.root());
-    // Only blocks follow: the children, resuming a store past version 0, apply no
-    // initial versions.
-    e.workload = Workload::new(e.seed, 0, mix);
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
-    for entry in std::fs::read_dir(from).with_context(|| format!("listing {}", from.display()))? {
-        let entry = entry?;
-        std::fs::copy(entry.path(), to.join(entry.file_name()))
-            .with_context(|| format!("copying {}", entry.path().display()))?;
-    }
-    Ok(())
-}
-
-/// Runs `check` on the store; reports each problem through `fail`; returns the notes.
-fn check_store(dir: &Path, when: &str, fail: &mut dyn FnMut(String)) -> usize {
-    let backend = match DirBackend::open_read_only(dir) {
-        Ok(b) => b,
-        Err(e) => {
-            fail(format!("check {when}: cannot lock the store: {e}"));
-            return 0;
-        }
-    };
-    match bavl_store::check::check(&backend) {
-        Ok(report) => {
-            for p in &report.problems {
-                fail(format!("check {when}: {p}"));
-            }
-            report.notes.len()
-        }
-        Err(e) => {
-            fail(format!("check {when}: {e}"));
-            0
-        }
-    }
-}
-
-fn report(
-    args: &CrashtestArgs,
-    r: &Run,
-    dir: &Path,
-    kept: bool,
-    elapsed: Duration,
-    mix: Mix,
-) -> Result<()> {
-    let ok = r.failures.is_empty();
-    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
-    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let aimed_open = r.rows.iter().filter(|row| row.aim == "open").count();
-    let mut o = vec![format!(
-        "bavl crashtest: {} iterations, seed {}, {} initial keys (new epoch past {}), capacity {}, blocks of {} ops ({} inserts, {} updates, {} deletes)",
-        args.iterations,
-        args.seed,
-        group(args.keys),
-        group(args.max_keys),
-        args.capacity,
-        group(args.ops as u64),
-        mix.inserts,
-        mix.updates,
-        mix.deletes
-    )];
-    o.push(format!("store        {}{}", dir.display(), if kept { "" } else { " (removed)" }));
-    o.push(format!(
-        "kills        {} in {} over {} epoch(s): {} aimed at the opening, the others {}..={} ms after it",
-        r.rows.len(),
-        human(elapsed),
-        r.epochs,
-        aimed_open,
-        args.min_delay_ms,
-        args.max_delay_ms
-    ));
-    o.push(format!(
-        "versions     {} committed by the children, {} reported as committed before a kill",
-        group(r.committed),
-        group(r.printed)
-    ));
-    o.push(format!(
-        "landed       {} while the child was opening, {} after it opened but before its first commit, {} during a checkpoint (or HEAD) write (temporary file deleted on reopen), {} in the middle of a log record (torn tail discarded)",
-        r.killed_while_opening, r.before_first_commit, r.during_checkpoint, r.torn_tails
-    ));
-    o.push(format!(
-        "recovery     mean {:.1} ms (checkpoint load + replay), max {:.1} ms; open mean {:.1} ms",
-        mean(&r.recovery),
-        max(&r.recovery),
-        mean(&r.open)
-    ));
-    for f in r.failures.iter().take(20) {
-        o.push(format!("  FAILURE  iteration {} (epoch {}): {}", f.iteration, f.epoch, f.what));
-    }
-    if r.failures.len() > 20 {
-        o.push(format!("  ... and {} more", r.failures.len() - 20));
-    }
-    for k in &r.kept {
-        o.push(format!("  a failed epoch's store was kept in {k}"));
-    }
-    o.push(if ok {
-        "result       OK: every check held in every iteration".into()
-    } else {
-        format!("result       {} FAILURE(S)", r.failures.len())
-    });
-    println!("{}", o.join("\n"));
-
-    if let Some(path) = &args.json {
-        let report = json!({
-            "command": std::env::args().collect::<Vec<_>>(),
-            "ok": ok,
-            "iterations": r.rows.len(),
-            "failures": r.failures,
-            "seed": args.seed,
-            "initial_keys": args.keys,
-            "max_keys": args.max_keys,
-            "capacity": args.capacity,
-            "block": { "inserts": mix.inserts, "updates": mix.updates, "deletes": mix.deletes },
-            "checkpoint_mb": args.checkpoint_mb,
-            "kill_delay_ms": [args.min_delay_ms, args.max_delay_ms],
-            "open_kills_percent": args.open_kills,
-            "epochs": r.epochs,
-            "versions_committed": r.committed,
-            "printed_commits": r.printed,
-            "kills_aimed_at_opening": aimed_open,
-            "kills_while_opening": r.killed_while_opening,
-            "kills_before_first_commit": r.before_first_commit,
-            "kills_during_checkpoint_write": r.during_checkpoint,
-            "torn_tails_discarded": r.torn_tails,
-            "mean_recovery_ms": mean(&r.recovery),
-            "max_recovery_ms": max(&r.recovery),
-            "mean_open_ms": mean(&r.open),
-            "elapsed_s": elapsed.as_secs_f64(),
-            "store": dir.display().to_string(),
-            "kept_failed_stores": r.kept,
-            "rows": r.rows,
-        });
-        let text = serde_json::to_string_pretty(&report)? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
 }
