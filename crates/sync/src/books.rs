@@ -224,8 +224,7 @@ impl<H: Hasher> Syncer<H> {
     /// An unproven source's share of the budget: half of it, split evenly among the live
     /// unproven sources.
     pub(crate) fn unproven_share(&self) -> u64 {
-        let n = self.sources.iter().filter(|s| s.is_live() && !s.proven()).count().max(1);
-        self.opts.max_buffered_bytes / 2 / n as u64
+        self.crowd().share
     }
 
     pub(crate) fn fits(&self, bytes: u64) -> bool {

@@ -216,7 +216,7 @@ impl<H: Hasher> Syncer<H> {
                 self.status.rescues += 1;
                 self.send(now, source, Want::Chunk(index), size, guess);
             } else if let Some((source, size, guess)) =
-                self.pick(now, index, false).filter(|_| self.opts.speculate && lone)
+                (self.opts.speculate && lone).then(|| self.pick(now, index, false)).flatten()
             {
                 self.status.speculative += 1;
                 self.send(now, source, Want::Chunk(index), size, guess);
@@ -235,11 +235,12 @@ impl<H: Hasher> Syncer<H> {
 
     /// How many live sources have not proved themselves, and how much they have in
     /// flight: what an unproven source's shares are computed from.
-    fn crowd(&self) -> Crowd {
+    pub(crate) fn crowd(&self) -> Crowd {
         let unproven = self.sources.iter().filter(|s| s.is_live() && !s.proven());
         let (n, flights, reserved) = unproven
             .fold((0u32, 0u32, 0u64), |(n, f, r), s| (n + 1, f + s.in_flight, r + s.reserved));
-        Crowd { n: n.max(1), flights, reserved, share: self.unproven_share() }
+        let n = n.max(1);
+        Crowd { n, flights, reserved, share: self.opts.max_buffered_bytes / 2 / u64::from(n) }
     }
 
     /// Whether `source` may be sent one more request of `limit` bytes: within the total
@@ -428,7 +429,7 @@ impl<H: Hasher> Syncer<H> {
 const MAX_COPIES: u8 = 4;
 
 /// What the unproven sources hold together, for their shares.
-struct Crowd {
+pub(crate) struct Crowd {
     /// Live unproven sources (at least 1).
     n: u32,
     /// Their requests in flight.
@@ -436,7 +437,7 @@ struct Crowd {
     /// The budget they hold.
     reserved: u64,
     /// Each one's share of the budget.
-    share: u64,
+    pub(crate) share: u64,
 }
 
 /// Whether a request sent at `sent` to a source of smoothed round trip `srtt` is overdue:

@@ -37,6 +37,7 @@ pub(super) struct Conn<'s> {
     s: &'s mut TcpStream,
     buf: Vec<u8>,
     at: usize,
+    scratch: Box<[u8; READ_SIZE]>,
     /// Bytes were read in this exchange (a reused connection that yields none was stale).
     pub got_any: bool,
 }
@@ -55,7 +56,13 @@ fn cut(a: Abort) -> Abort {
 
 impl<'s> Conn<'s> {
     pub fn new(s: &'s mut TcpStream) -> Self {
-        Conn { s, buf: Vec::with_capacity(READ_SIZE), at: 0, got_any: false }
+        Conn {
+            s,
+            buf: Vec::with_capacity(READ_SIZE),
+            at: 0,
+            scratch: Box::new([0; READ_SIZE]),
+            got_any: false,
+        }
     }
 
     /// Reads more into the buffer, counting it on the wire; 0 at the end of the stream.
@@ -64,11 +71,11 @@ impl<'s> Conn<'s> {
             self.buf.clear();
             self.at = 0;
         }
-        let old = self.buf.len();
-        self.buf.resize(old + READ_SIZE, 0);
-        let n = f.read_some(self.s, &mut self.buf[old..]);
-        self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
-        let n = n?;
+        // Into the scratch block (zeroed once per exchange), then only what came is
+        // appended: a source answering a byte per read costs a byte per read, not a
+        // cleared 16 KiB.
+        let n = f.read_some(self.s, &mut self.scratch[..])?;
+        self.buf.extend_from_slice(&self.scratch[..n]);
         self.got_any |= n > 0;
         f.wire(n)?;
         Ok(n)
@@ -140,20 +147,19 @@ impl<'s> Conn<'s> {
         out.extend_from_slice(&self.buf[self.at..self.at + take]);
         self.at += take;
         f.body(take)?;
-        while (out.len() as u64) < end {
-            // Straight into the body, no copy through the buffer.
-            let want = (end - out.len() as u64).min(64 << 10) as usize;
-            let old = out.len();
-            out.resize(old + want, 0);
-            let n = f.read_some(self.s, &mut out[old..]).map_err(cut);
-            out.truncate(old + *n.as_ref().unwrap_or(&0));
-            match n? {
-                0 => return Err(Abort::Failed(FailureKind::Truncated)),
-                n => {
-                    f.wire(n)?;
-                    f.body(n)?;
-                }
-            }
+        // Straight into the body, no copy through the buffer: sized once (`len` is within
+        // the request's limit, checked by the caller), never cleared again per read.
+        let mut filled = out.len();
+        out.resize(end as usize, 0);
+        while filled < out.len() {
+            let n = match f.read_some(self.s, &mut out[filled..]).map_err(cut) {
+                Ok(0) => Err(Abort::Failed(FailureKind::Truncated)),
+                other => other,
+            };
+            let n = n.inspect_err(|_| out.truncate(filled))?;
+            filled += n;
+            f.wire(n)?;
+            f.body(n)?;
         }
         Ok(())
     }
