@@ -90,12 +90,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return code
 	}
 	start := time.Now()
-	deadline := start.Add(opts.timeout)
 	hists, err := readAll(opts, stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "lincheck: %v\n", err)
 		return exitBadInput
 	}
+	deadline := time.Now().Add(opts.timeout) // reading is not part of the check's budget
 	sum := summary{Histories: len(hists), Violations: []string{}, PerHistory: []perHist{}}
 	seen := make(map[string]bool)
 	var firstBad *lincheck.History
@@ -149,7 +149,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (options, int, bool) {
 	var o options
 	fs := flag.NewFlagSet("lincheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "time for checking all histories; keys left undecided are \"unknown\" (exit 3)")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "time for checking all histories, counted after reading them; keys left undecided are \"unknown\" (exit 3)")
 	fs.StringVar(&o.html, "html", "", "write porcupine's visualisation of the first violating history's violating keys (up to 8) to this HTML file")
 	fs.IntVar(&o.lim.MaxLine, "max-line", lincheck.DefaultLimits().MaxLine, "longest line accepted, in bytes")
 	fs.IntVar(&o.lim.MaxOps, "max-ops", lincheck.DefaultLimits().MaxOps, "most operations accepted per history")
