@@ -96,30 +96,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitBadInput
 	}
 	deadline := time.Now().Add(opts.timeout) // reading is not part of the check's budget
-	sum := summary{Histories: len(hists), Violations: []string{}, PerHistory: []perHist{}}
-	seen := make(map[string]bool)
-	var firstBad *lincheck.History
-	var firstBadKeys []string
-	for _, h := range hists {
-		rep := lincheck.Check(h, deadline, opts.workers)
-		sum.Operations += rep.Operations
-		sum.Keys += rep.Keys
-		sum.UnknownOps += rep.UnknownOps
-		sum.DroppedGets += rep.DroppedGets
-		sum.Unknown = sum.Unknown || len(rep.UnknownKeys) > 0
-		for _, k := range rep.Violations {
-			if !seen[k] {
-				seen[k] = true
-				sum.Violations = append(sum.Violations, k)
-			}
-		}
-		if firstBad == nil && len(rep.Violations) > 0 {
-			firstBad, firstBadKeys = h, rep.Violations
-		}
-		sum.PerHistory = append(sum.PerHistory, perHist{rep.Name, rep.Operations, rep.Keys,
-			nonNil(rep.Violations), nonNil(rep.UnknownKeys)})
-	}
-	sum.Linearizable = len(sum.Violations) == 0 && !sum.Unknown
+	sum, firstBad, firstBadKeys := checkAll(hists, deadline, opts.workers)
 	if opts.html != "" && firstBad != nil {
 		// The visualisation gets its own budget: the check's may be spent.
 		if err := writeHTML(opts.html, firstBad, firstBadKeys, time.Now().Add(opts.timeout)); err != nil {
@@ -142,6 +119,36 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitUnknown
 	}
 	return exitOK
+}
+
+// checkAll checks every history and sums the reports; it also returns the first history
+// with a violation and its violating keys (nil when there is none).
+func checkAll(hists []*lincheck.History, deadline time.Time, workers int) (summary, *lincheck.History, []string) {
+	sum := summary{Histories: len(hists), Violations: []string{}, PerHistory: []perHist{}}
+	seen := make(map[string]bool)
+	var firstBad *lincheck.History
+	var firstBadKeys []string
+	for _, h := range hists {
+		rep := lincheck.Check(h, deadline, workers)
+		sum.Operations += rep.Operations
+		sum.Keys += rep.Keys
+		sum.UnknownOps += rep.UnknownOps
+		sum.DroppedGets += rep.DroppedGets
+		sum.Unknown = sum.Unknown || len(rep.UnknownKeys) > 0
+		for _, k := range rep.Violations {
+			if !seen[k] {
+				seen[k] = true
+				sum.Violations = append(sum.Violations, k)
+			}
+		}
+		if firstBad == nil && len(rep.Violations) > 0 {
+			firstBad, firstBadKeys = h, rep.Violations
+		}
+		sum.PerHistory = append(sum.PerHistory, perHist{rep.Name, rep.Operations, rep.Keys,
+			nonNil(rep.Violations), nonNil(rep.UnknownKeys)})
+	}
+	sum.Linearizable = len(sum.Violations) == 0 && !sum.Unknown
+	return sum, firstBad, firstBadKeys
 }
 
 // parseFlags returns the options, or done with the exit code (help, version, bad usage).
