@@ -48,6 +48,11 @@ pub struct Config {
     pub snapshot_format: u32,
     /// Serve lying snapshots (tests only; see [`crate::byzantine`]).
     pub byzantine: Option<Lie>,
+    /// Restore nothing: accept every bundle unread (a measuring instrument for the join
+    /// time CometBFT itself needs; see [`crate::restore::NullRestoring`]).
+    pub restore_null: bool,
+    /// Append a line per committed block to this CSV file ([`crate::metrics::BlockLog`]).
+    pub block_log: Option<PathBuf>,
 }
 
 impl Config {
@@ -62,6 +67,8 @@ impl Config {
             bundle_bytes: crate::snapshot::TARGET_BUNDLE_BYTES,
             snapshot_format: crate::snapshot::FORMAT,
             byzantine: None,
+            restore_null: false,
+            block_log: None,
         }
     }
 }
@@ -75,8 +82,13 @@ pub(crate) struct Node {
     pub(crate) restoring: Option<Restorer>,
     pub(crate) snapshots: Vec<Held>,
     /// The finalized block's transactions, operations and time in FinalizeBlock.
-    pub(crate) pending_work: (usize, usize, std::time::Duration),
+    pub(crate) pending_work: crate::metrics::BlockTimes,
+    pub(crate) block_log: Option<crate::metrics::BlockLog>,
     pub(crate) window: crate::metrics::Window,
+    /// How the state sync went (written when it ends).
+    pub(crate) sync: crate::report::SyncReport,
+    /// The height and app hash a null restore ended at (Info reports them).
+    pub(crate) null_state: Option<(u64, Vec<u8>)>,
 }
 
 pub(crate) struct Shared {
@@ -100,6 +112,13 @@ impl App {
             "opened the store"
         );
         let window = crate::metrics::Window::new(store.version() + 1);
+        let block_log = match &cfg.block_log {
+            Some(p) => Some(crate::metrics::BlockLog::open(p).map_err(|e| HomeError::Io {
+                what: format!("opening the block log {}", p.display()),
+                source: e,
+            })?),
+            None => None,
+        };
         let node = Node {
             store,
             home,
@@ -107,7 +126,10 @@ impl App {
             restoring: None,
             snapshots: Vec::new(),
             pending_work: Default::default(),
+            block_log,
             window,
+            sync: Default::default(),
+            null_state: None,
         };
         Ok(App { shared: Arc::new(Shared { cfg, node: Mutex::new(node) }) })
     }
@@ -161,6 +183,14 @@ impl Application for App {
         // The last *committed* height, even between FinalizeBlock and Commit: Info is also
         // how RPC's abci_info reads the app, on the query connection, at any time.
         let node = self.node();
+        if let Some((height, hash)) = &node.null_state {
+            return pb::ResponseInfo {
+                data: "bavl (null restore: no state)".into(),
+                last_block_height: *height as i64,
+                last_block_app_hash: hash.clone().into(),
+                ..Default::default()
+            };
+        }
         pb::ResponseInfo {
             data: "bavl".into(),
             version: env!("CARGO_PKG_VERSION").into(),

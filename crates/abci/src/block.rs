@@ -20,7 +20,7 @@ use crate::app::{App, Node};
 use crate::tx::{Op, Tx};
 
 pub(crate) fn init_chain(app: &App, req: pb::RequestInitChain) -> pb::ResponseInitChain {
-    let node = app.node();
+    let mut node = app.node();
     if req.initial_height > 1 {
         panic!(
             "genesis initial_height {} is not supported: bavl-abci numbers its versions by \
@@ -28,11 +28,30 @@ pub(crate) fn init_chain(app: &App, req: pb::RequestInitChain) -> pb::ResponseIn
             req.initial_height
         );
     }
-    if !req.app_state_bytes.is_empty() && &req.app_state_bytes[..] != b"{}" {
-        tracing::warn!(bytes = req.app_state_bytes.len(), "genesis app_state is ignored");
-    }
     if node.store.version() != 0 {
         panic!("InitChain on a store at height {}: wrong --home?", node.store.version());
+    }
+    let preload = match crate::genesis::parse(&req.app_state_bytes) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    };
+    // The handshake calls InitChain again after a crash before the first Commit: the
+    // state is rebuilt from the genesis each time (deterministic), never trusted from disk.
+    if let Some(p) = preload {
+        let start = std::time::Instant::now();
+        let mut tree = match crate::genesis::build(p, app.cfg().store.capacity) {
+            Ok(t) => t,
+            Err(e) => panic!("building the genesis state: {e}"),
+        };
+        let opts = app.cfg().store.clone();
+        node.reopen_store("writing the genesis state", |home| home.install(&mut tree, 0, &opts));
+        tracing::info!(
+            keys = p.keys,
+            seed = p.seed,
+            secs = %format!("{:.1}", start.elapsed().as_secs_f64()),
+            app_hash = %hex::encode(node.store.root()),
+            "genesis state preloaded and written durably"
+        );
     }
     pb::ResponseInitChain { app_hash: node.store.root().to_vec().into(), ..Default::default() }
 }
@@ -68,6 +87,9 @@ pub(crate) fn finalize_block(
     req: pb::RequestFinalizeBlock,
 ) -> pb::ResponseFinalizeBlock {
     let start = std::time::Instant::now();
+    let arrived = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
     let mut node = app.node();
     if node.pending.is_some() {
         discard_uncommitted(app, &mut node);
@@ -91,7 +113,13 @@ pub(crate) fn finalize_block(
     }
     let root = node.store.working_root();
     node.pending = Some(height);
-    node.pending_work = (req.txs.len(), ops, start.elapsed());
+    node.pending_work = crate::metrics::BlockTimes {
+        arrived_unix_ms: arrived,
+        txs: req.txs.len(),
+        ops,
+        finalize: start.elapsed(),
+        ..Default::default()
+    };
     tracing::debug!(height, txs = req.txs.len(), ops, app_hash = %hex::encode(root), "finalized");
     pb::ResponseFinalizeBlock { tx_results, app_hash: root.to_vec().into(), ..Default::default() }
 }
@@ -128,12 +156,18 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
     // that a joiner, which tries the newest snapshot first, is offered a forgery first.
     let forged = app.cfg().byzantine == Some(crate::byzantine::Lie::Forged);
     let base = if forged { version - 1 } else { version };
+    let mut times = std::mem::take(&mut node.pending_work);
     if interval > 0 && base > 0 && base.is_multiple_of(interval) {
+        let at = std::time::Instant::now();
         crate::statesync::take_snapshot(app, &mut node, version);
+        times.snapshot = at.elapsed();
     }
     tracing::debug!(height, app_hash = %hex::encode(root), "committed");
-    let (txs, ops, finalize) = std::mem::take(&mut node.pending_work);
-    node.window.record(txs, ops, finalize + start.elapsed());
+    times.commit = start.elapsed();
+    node.window.record(times.txs, times.ops, times.finalize + times.commit);
+    if let Some(log) = node.block_log.as_mut() {
+        log.record(height, &times);
+    }
     let every = if interval > 0 { interval } else { 100 };
     node.window.maybe_report(height, every);
     pb::ResponseCommit { retain_height: 0 }

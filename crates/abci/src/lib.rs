@@ -21,14 +21,17 @@ pub mod app;
 pub mod baseline;
 mod block;
 pub mod byzantine;
+pub mod genesis;
 pub mod home;
 pub mod light;
 mod metrics;
 pub mod query;
+mod report;
 pub mod restore;
 pub mod rpc;
 pub mod snapshot;
 mod statesync;
+pub mod trustless;
 pub mod tx;
 
 pub use app::{App, Config};

@@ -85,6 +85,16 @@ struct ServeArgs {
     /// TESTS ONLY: serve lying snapshots (wrong-bytes, other-height, truncated, forged).
     #[arg(long)]
     byzantine: Option<Lie>,
+    /// MEASUREMENT ONLY: as a joiner, accept every snapshot chunk unread and restore no
+    /// state (the node cannot follow the chain after): the join time CometBFT itself
+    /// needs to move the bytes, the floor of the chain experiments.
+    #[arg(long)]
+    restore_null: bool,
+    /// Append one CSV line per committed block to this file: when its FinalizeBlock
+    /// arrived, its transactions and operations, the time in FinalizeBlock, Commit and
+    /// snapshotting.
+    #[arg(long)]
+    block_log: Option<PathBuf>,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     log: tracing::Level,
@@ -112,6 +122,9 @@ struct LoadArgs {
     value_bytes: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Concurrent submitters (each one request at a time), sharing the rate.
+    #[arg(long, default_value_t = 1)]
+    threads: u64,
 }
 
 fn main() -> Result<()> {
@@ -141,6 +154,8 @@ fn serve(a: ServeArgs) -> Result<()> {
     cfg.store.capacity = a.capacity;
     cfg.bundle_bytes = a.bundle_bytes.max(1);
     cfg.byzantine = a.byzantine;
+    cfg.restore_null = a.restore_null;
+    cfg.block_log = a.block_log;
     if a.snapshot_format == "baseline" {
         cfg.snapshot_format = bavl_abci::baseline::FORMAT_BASELINE;
     }
@@ -173,30 +188,57 @@ fn random_tx(rng: &mut impl Rng, a: &LoadArgs) -> Tx {
     Tx { ops }
 }
 
-fn load(a: LoadArgs) -> Result<()> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
-    let start = Instant::now();
-    let (mut ok, mut refused, mut failed) = (0u64, 0u64, 0u64);
-    for i in 0..a.txs {
+/// Counts of one load thread: accepted, refused by CheckTx, failed to reach a node.
+#[derive(Default)]
+struct Sent {
+    ok: u64,
+    refused: u64,
+    failed: u64,
+}
+
+/// Thread `t` of `threads` submits transactions t, t + threads, ... at its share of the
+/// rate, from its own random stream.
+fn load_thread(a: &LoadArgs, t: u64, threads: u64, start: Instant) -> Sent {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed.wrapping_mul(1_000_003).wrapping_add(t));
+    let mut sent = Sent::default();
+    for i in (t..a.txs).step_by(threads as usize) {
         if a.rate > 0.0 {
             let due = start + Duration::from_secs_f64(i as f64 / a.rate);
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
-        let tx = random_tx(&mut rng, &a).encode();
+        let tx = random_tx(&mut rng, a).encode();
         let rpc = &a.rpc[i as usize % a.rpc.len()];
         let path = format!("/broadcast_tx_sync?tx=0x{}", hex::encode(&tx));
         match bavl_abci::rpc::get(rpc, &path) {
-            Ok(r) if r["code"].as_u64() == Some(0) => ok += 1,
+            Ok(r) if r["code"].as_u64() == Some(0) => sent.ok += 1,
             Ok(r) => {
-                refused += 1;
+                sent.refused += 1;
                 eprintln!("tx {i} refused: code {} {}", r["code"], r["log"]);
             }
             Err(e) => {
-                failed += 1;
+                sent.failed += 1;
                 eprintln!("tx {i} via {rpc}: {e}");
             }
         }
     }
+    sent
+}
+
+fn load(a: LoadArgs) -> Result<()> {
+    let start = Instant::now();
+    let threads = a.threads.clamp(1, 256);
+    let sent: Vec<Sent> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let a = &a;
+                s.spawn(move || load_thread(a, t, threads, start))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+    });
+    let ok: u64 = sent.iter().map(|s| s.ok).sum();
+    let refused: u64 = sent.iter().map(|s| s.refused).sum();
+    let failed: u64 = sent.iter().map(|s| s.failed).sum();
     let secs = start.elapsed().as_secs_f64();
     println!("sent={} accepted={ok} refused={refused} failed={failed} seconds={secs:.2}", a.txs);
     if ok == 0 && a.txs > 0 {
@@ -261,66 +303,14 @@ fn status(rpc: &str, height: Option<u64>) -> Result<()> {
     Ok(())
 }
 
-/// Fetches the commit of `height` (waiting up to 30 s for it) and verifies its header.
-fn verified_header(
-    rpc: &str,
-    trusted: &bavl_abci::light::Trusted,
-    height: u64,
-) -> Result<bavl_abci::light::VerifiedHeader> {
-    let start = Instant::now();
-    let signed = loop {
-        match bavl_abci::rpc::get(rpc, &format!("/commit?height={height}")) {
-            Ok(v) if v["canonical"] == true => break v["signed_header"].clone(),
-            _ if start.elapsed() < Duration::from_secs(30) => {
-                std::thread::sleep(Duration::from_millis(200))
-            }
-            Ok(_) => bail!("no canonical commit of height {height} within 30 s"),
-            Err(e) => return Err(e).context("fetching the commit"),
-        }
-    };
-    bavl_abci::light::verify(trusted, &signed)
-        .with_context(|| format!("header {height} does not verify"))
-}
-
 fn query(rpc: &str, key_hex: &str, genesis: &std::path::Path) -> Result<()> {
-    use bavl_abci::{light, query as q, rpc as r};
+    use bavl_abci::trustless;
     let key = hex::decode(key_hex).context("--key must be hex")?;
     let text = std::fs::read_to_string(genesis)
         .with_context(|| format!("reading {}", genesis.display()))?;
-    let trusted = light::Trusted::from_genesis(&serde_json::from_str(&text)?)
+    let trusted = trustless::trusted_from_genesis(&text)
         .with_context(|| format!("reading the validators of {}", genesis.display()))?;
-    let (height, value, kind, proof) = r::query_key(rpc, &key).context("querying")?;
-    // The state after block `height` is committed to by header `height + 1`.
-    let header = verified_header(rpc, &trusted, height + 1)?;
-    let root: [u8; 32] = header.app_hash.as_slice().try_into().context("app hash length")?;
-    match (&value, kind.as_str()) {
-        (Some(v), q::OP_MEMBERSHIP) => {
-            let _verified = bavl_core::verify_membership::<bavl_core::Sha256>(
-                &root, &key, v, &proof,
-            )
-            .context("the membership proof does not verify against the header's app hash")?;
-        }
-        (None, q::OP_ABSENCE) => {
-            let _verified = bavl_core::verify_absence::<bavl_core::Sha256>(&root, &key, &proof)
-                .context("the absence proof does not verify against the header's app hash")?;
-        }
-        _ => bail!(
-            "the node answered a {kind:?} proof for a key it says is {}",
-            if value.is_some() { "present" } else { "absent" }
-        ),
-    }
-    println!("key={key_hex}");
-    match &value {
-        Some(v) => println!("value={}", hex::encode(v)),
-        None => println!("absent=true"),
-    }
-    println!("height={height}\napp_hash={}", hex::encode(root));
-    println!(
-        "verified: header {} signed by {} of {} voting power (genesis validators); {} proof against its app hash",
-        header.height,
-        header.signed_power,
-        header.total_power,
-        if value.is_some() { "membership" } else { "absence" }
-    );
+    let verified = trustless::read(rpc, &trusted, &key)?;
+    println!("{}", verified.lines(key_hex));
     Ok(())
 }

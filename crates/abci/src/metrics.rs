@@ -6,7 +6,57 @@
 //! bavl and its share of the wall time, and the slowest block's. The share is what issue
 //! 17 calls "the share of block time spent in bavl"; the wall time includes consensus.
 
+use std::io::Write as _;
 use std::time::{Duration, Instant};
+
+/// One line per committed block, appended to `--block-log FILE` (CSV, header written
+/// when the file is new): the height, when its `FinalizeBlock` arrived (Unix ms), its
+/// transactions and operations, the milliseconds in `FinalizeBlock`, in `Commit`, and of
+/// that in taking a snapshot. The chain experiments read block times and the time in
+/// bavl from it.
+pub(crate) struct BlockLog {
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+/// A block's figures, as [`BlockLog`] writes them.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct BlockTimes {
+    pub(crate) arrived_unix_ms: u128,
+    pub(crate) txs: usize,
+    pub(crate) ops: usize,
+    pub(crate) finalize: Duration,
+    pub(crate) commit: Duration,
+    pub(crate) snapshot: Duration,
+}
+
+impl BlockLog {
+    pub(crate) fn open(path: &std::path::Path) -> std::io::Result<BlockLog> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let mut out = std::io::BufWriter::new(file);
+        if out.get_ref().metadata()?.len() == 0 {
+            writeln!(out, "height,arrived_unix_ms,txs,ops,finalize_ms,commit_ms,snapshot_ms")?;
+        }
+        Ok(BlockLog { out })
+    }
+
+    /// Appends one block (best effort: a failed write is logged once per block).
+    pub(crate) fn record(&mut self, height: u64, t: &BlockTimes) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let line = writeln!(
+            self.out,
+            "{height},{},{},{},{:.3},{:.3},{:.3}",
+            t.arrived_unix_ms,
+            t.txs,
+            t.ops,
+            ms(t.finalize),
+            ms(t.commit),
+            ms(t.snapshot)
+        );
+        if let Err(e) = line.and_then(|()| self.out.flush()) {
+            tracing::warn!(height, "writing the block log: {e}");
+        }
+    }
+}
 
 /// A window of blocks being summed.
 pub(crate) struct Window {

@@ -41,6 +41,8 @@ pub enum Applied {
     RejectSnapshot { reason: String },
     /// The last bundle: the restored tree, whose root is the trusted app hash.
     Complete(Box<Tree>),
+    /// The last bundle of a null restore (nothing verified, nothing kept).
+    CompleteNull,
 }
 
 /// A restore in progress.
@@ -143,10 +145,51 @@ impl Restoring {
     }
 }
 
-/// A restore of either format.
+/// The null restore, a measuring instrument only (`bavl-abci serve --restore null`): it
+/// accepts every bundle of an offered snapshot without reading it, so a join with it
+/// takes what CometBFT itself needs to move the bytes. It restores no state: the node
+/// cannot follow the chain afterwards.
+pub struct NullRestoring {
+    pub height: u64,
+    pub app_hash: Vec<u8>,
+    kept: Vec<bool>,
+    left: u64,
+    pub bytes: u64,
+}
+
+impl NullRestoring {
+    /// Accepts any snapshot of `chunks` bundles (at most CometBFT's 100,000).
+    pub fn offer(height: u64, chunks: u32, app_hash: &[u8]) -> Result<Self, OfferError> {
+        if chunks == 0 || u64::from(chunks) > crate::snapshot::MAX_BUNDLES {
+            return Err(OfferError::Metadata(format!("{chunks} chunks")));
+        }
+        let kept = vec![false; chunks as usize];
+        let app_hash = app_hash.to_vec();
+        Ok(NullRestoring { height, app_hash, kept, left: u64::from(chunks), bytes: 0 })
+    }
+
+    fn apply(&mut self, index: u32, bytes: &[u8]) -> Applied {
+        match self.kept.get_mut(index as usize) {
+            None => Applied::Retry { reason: format!("bundle {index} of {}", self.kept.len()) },
+            Some(true) => Applied::Duplicate,
+            Some(k) => {
+                *k = true;
+                self.left -= 1;
+                self.bytes += bytes.len() as u64;
+                match self.left {
+                    0 => Applied::CompleteNull,
+                    left => Applied::Accepted { bundles_left: left },
+                }
+            }
+        }
+    }
+}
+
+/// A restore of either format, or the null one.
 pub enum Restorer {
     Bavl(Restoring),
     Baseline(crate::baseline::BaselineRestoring),
+    Null(NullRestoring),
 }
 
 impl Restorer {
@@ -154,6 +197,7 @@ impl Restorer {
         match self {
             Restorer::Bavl(r) => r.height,
             Restorer::Baseline(r) => r.height,
+            Restorer::Null(r) => r.height,
         }
     }
 
@@ -162,6 +206,7 @@ impl Restorer {
         match self {
             Restorer::Bavl(r) => r.bytes,
             Restorer::Baseline(r) => r.bytes,
+            Restorer::Null(r) => r.bytes,
         }
     }
 
@@ -169,6 +214,7 @@ impl Restorer {
         match self {
             Restorer::Bavl(r) => r.apply(index, bytes),
             Restorer::Baseline(r) => r.apply(index, bytes),
+            Restorer::Null(r) => r.apply(index, bytes),
         }
     }
 }

@@ -17,7 +17,7 @@ use tendermint_proto::v0_38::abci as pb;
 use crate::app::{App, Node};
 use crate::baseline::{BaselineRestoring, Export, FORMAT_BASELINE};
 use crate::byzantine::{self, Lie};
-use crate::restore::{Applied, OfferError, Restorer, Restoring};
+use crate::restore::{Applied, NullRestoring, OfferError, Restorer, Restoring};
 use crate::snapshot::{encode_bundle, plan, Metadata, FORMAT, MAX_BUNDLE_BYTES};
 
 /// A snapshot that served a chunk this recently is kept beyond `snapshot_keep` (a joiner
@@ -181,6 +181,9 @@ pub(crate) fn offer_snapshot(
     let wanted = app.cfg().snapshot_format;
     let offered = match s.format {
         f if f != wanted => Err(OfferError::Format(f)),
+        _ if app.cfg().restore_null => {
+            NullRestoring::offer(s.height, s.chunks, &req.app_hash).map(Restorer::Null)
+        }
         FORMAT_BASELINE => BaselineRestoring::offer(s.height, s.chunks, &s.metadata, &req.app_hash)
             .map(Restorer::Baseline)
             .map_err(OfferError::Metadata),
@@ -188,6 +191,7 @@ pub(crate) fn offer_snapshot(
             .map(Restorer::Bavl),
     };
     let mut node = app.node();
+    node.sync.offered(offered.is_err());
     let result = match offered {
         Ok(r) => {
             tracing::info!(height = s.height, bundles = s.chunks, "snapshot accepted, restoring");
@@ -218,13 +222,17 @@ pub(crate) fn apply_snapshot_chunk(
         return answer(R::Abort);
     };
     let height = restoring.height();
-    match restoring.apply(req.index, &req.chunk) {
+    let applied = restoring.apply(req.index, &req.chunk);
+    node.sync.bytes_received += req.chunk.len() as u64;
+    match applied {
         Applied::Accepted { bundles_left } => {
+            node.sync.bundles_kept += 1;
             tracing::info!(height, chunk = req.index, bytes = req.chunk.len(), bundles_left, sender = %req.sender, "bundle verified and kept");
             answer(R::Accept)
         }
         Applied::Duplicate => answer(R::Accept),
         Applied::Retry { reason } => {
+            node.sync.bundles_refused += 1;
             tracing::warn!(height, chunk = req.index, sender = %req.sender, "bundle rejected, refetching it from another peer: {reason}");
             pb::ResponseApplySnapshotChunk {
                 result: R::Retry as i32,
@@ -233,13 +241,26 @@ pub(crate) fn apply_snapshot_chunk(
             }
         }
         Applied::RejectSnapshot { reason } => {
+            node.sync.snapshots_rejected += 1;
             tracing::warn!(height, "snapshot rejected: {reason}");
             node.restoring = None;
             answer(R::RejectSnapshot)
         }
         Applied::Complete(mut tree) => {
             let Some(restoring) = node.restoring.take() else { return answer(R::Abort) };
+            node.sync.bundles_kept += 1;
             install(app, &mut node, &mut tree, &restoring);
+            let baseline = app.cfg().snapshot_format == FORMAT_BASELINE;
+            let mode = if baseline { "baseline" } else { "bavl" };
+            node.sync.write(&app.cfg().home, height, mode, restoring.bytes());
+            answer(R::Accept)
+        }
+        Applied::CompleteNull => {
+            let Some(Restorer::Null(r)) = node.restoring.take() else { return answer(R::Abort) };
+            node.sync.bundles_kept += 1;
+            tracing::info!(height, bytes = r.bytes, "null restore: every bundle accepted unread");
+            node.sync.write(&app.cfg().home, height, "null", r.bytes);
+            node.null_state = Some((height, r.app_hash));
             answer(R::Accept)
         }
     }

@@ -17,6 +17,7 @@ mod blocks;
 mod crashtest;
 mod demo;
 mod loadtest;
+mod query;
 mod serve;
 mod store_cmds;
 mod sync;
@@ -118,6 +119,11 @@ enum Command {
     /// after a kill; the rebuilt tree is written durably as a new store at --db.
     #[command(after_help = sync::SYNC_HELP, disable_version_flag = true)]
     Sync(sync::SyncArgs),
+    /// Read a key from a CometBFT chain of bavl-abci nodes, trusting no node: the header
+    /// is checked against the genesis validators' signatures, the proof against its app
+    /// hash.
+    #[command(after_help = query::QUERY_HELP, disable_version_flag = true)]
+    Query(query::QueryArgs),
 }
 
 const DEMO_EXAMPLES: &str = "Examples:
@@ -190,6 +196,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::serve(&args),
         Command::Export(args) => serve::export(&args),
         Command::Sync(args) => sync::run(&args),
+        Command::Query(args) => query::run(&args),
     };
     match result {
         Ok(code) => code,

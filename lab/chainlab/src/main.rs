@@ -1,0 +1,180 @@
+//! `bavl-chainlab`: the AVL* paper's experiments (sections 5-6) on a real CometBFT
+//! network of `bavl-abci` applications, written to `docs/results/chain.json` with CSV and
+//! PNG under `docs/results/chain/`.
+//!
+//! - Join: a fresh node state-syncs a preloaded state (1M Workload B keys by default)
+//!   from 4 validators: bavl snapshots (every chunk verified on arrival), the
+//!   Cosmos-SDK-style baseline (10 MiB zlib chunks, checked after the last), and a null
+//!   application that accepts every chunk unread (what CometBFT needs to move the bytes);
+//!   all honest, then with one validator serving a forged snapshot.
+//! - Throughput: committed tx/s and block times under load while snapshots are taken
+//!   every few heights, bavl (O(1) snapshots) against the baseline (its state serialised
+//!   on the committing thread at snapshot heights, as the paper's Tendermint did).
+//!
+//! Every process is killed on every way out. `--quick` is the CI smoke (a small state,
+//! one repetition, nothing written under docs/ unless `--out` says so).
+#![forbid(unsafe_code)]
+
+mod blocks;
+mod join;
+mod net;
+mod plot;
+mod report;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+
+/// The AVL* paper's chain experiments on a real CometBFT network.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    /// A small state, one repetition, a short load: the CI smoke (about 3 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Keys of the preloaded state (20-byte keys, 100-byte values) [default: 1000000,
+    /// quick 30000].
+    #[arg(long)]
+    keys: Option<u64>,
+    /// Joins per variant [default: 3, quick 1].
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Which experiments: join, throughput, or both.
+    #[arg(long, default_value = "both", value_parser = ["join", "throughput", "both"])]
+    only: String,
+    /// The lie of the one Byzantine snapshot server (see `bavl-abci serve --help`).
+    #[arg(long, default_value = "forged")]
+    lie: String,
+    /// Seconds of load in the throughput experiment [default: 60, quick 15].
+    #[arg(long)]
+    load_seconds: Option<u64>,
+    /// Concurrent submitters of the load generator.
+    #[arg(long, default_value_t = 8)]
+    load_threads: u64,
+    /// Where results go [default: docs/results; quick: target/chainlab/results].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Where networks live while they run.
+    #[arg(long, default_value = "target/chainlab")]
+    work: PathBuf,
+    /// The first port (each network takes 100 from there).
+    #[arg(long, default_value_t = 28000)]
+    port: u16,
+}
+
+/// What every experiment runs with.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub keys: u64,
+    pub interval: u64,
+    pub reps: usize,
+    pub join_timeout_s: u64,
+    pub load_interval: u64,
+    pub load_s: u64,
+    pub load_threads: u64,
+}
+
+/// The median (sorts `v`); 0 when empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| ".".into())
+}
+
+/// Installs CometBFT (pinned, idempotent) and builds bavl-abci.
+fn binaries(root: &Path) -> Result<net::Bins> {
+    let out = std::process::Command::new("bash")
+        .arg(root.join("scripts/install-cometbft.sh"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running scripts/install-cometbft.sh")?;
+    if !out.status.success() {
+        bail!("scripts/install-cometbft.sh failed");
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cometbft = PathBuf::from(text.lines().last().unwrap_or("").trim());
+    eprintln!("chainlab: building bavl-abci (release)");
+    let st = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--release", "-q", "-p", "bavl-abci"])
+        .current_dir(root)
+        .status()?;
+    if !st.success() {
+        bail!("building bavl-abci failed");
+    }
+    Ok(net::Bins { cometbft, app: root.join("target/release/bavl-abci") })
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = repo_root();
+    let q = cli.quick;
+    let setup = Setup {
+        keys: cli.keys.unwrap_or(if q { 30_000 } else { 1_000_000 }),
+        interval: if q { 10 } else { 30 },
+        reps: cli.reps.unwrap_or(if q { 1 } else { 3 }).max(1),
+        join_timeout_s: 600,
+        load_interval: if q { 5 } else { 10 },
+        load_s: cli.load_seconds.unwrap_or(if q { 15 } else { 60 }),
+        load_threads: cli.load_threads.max(1),
+    };
+    let out = cli.out.clone().unwrap_or_else(|| {
+        if q {
+            root.join("target/chainlab/results")
+        } else {
+            root.join("docs/results")
+        }
+    });
+    let work = if cli.work.is_absolute() { cli.work.clone() } else { root.join(&cli.work) };
+    let bins = binaries(&root)?;
+    let lie: &'static str = Box::leak(cli.lie.clone().into_boxed_str());
+    let mut rep = report::Report::new(&setup, &bins, lie);
+    let mut port = cli.port;
+    if cli.only != "throughput" {
+        let networks = [
+            join::Network {
+                format: "bavl",
+                liar: None,
+                modes: vec![join::Mode::Verify, join::Mode::Null],
+            },
+            join::Network { format: "baseline", liar: None, modes: vec![join::Mode::Verify] },
+            join::Network { format: "bavl", liar: Some(lie), modes: vec![join::Mode::Verify] },
+            join::Network { format: "baseline", liar: Some(lie), modes: vec![join::Mode::Verify] },
+        ];
+        for (k, n) in networks.iter().enumerate() {
+            let dir = work.join(format!("join{k}-{}{}", n.format, n.liar.map_or("", |_| "-byz")));
+            eprintln!(
+                "chainlab: join network {k}: {} snapshots, liar {:?}, {} keys",
+                n.format, n.liar, setup.keys
+            );
+            rep.joins.extend(join::run(&bins, &dir, port, n, &setup)?);
+            port += 100;
+        }
+    }
+    if cli.only != "join" {
+        for format in ["bavl", "baseline"] {
+            let dir = work.join(format!("load-{format}"));
+            eprintln!(
+                "chainlab: throughput: {format} snapshots every {} heights",
+                setup.load_interval
+            );
+            rep.throughput.push(blocks::run(&bins, &dir, port, format, &setup)?);
+            port += 100;
+        }
+    }
+    rep.write(&out, &std::env::args().collect::<Vec<_>>().join(" "))
+}
