@@ -152,12 +152,14 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
         panic!("committed version {version} for height {height}: the store and the chain disagree");
     }
     let interval = app.cfg().snapshot_interval;
-    // A forging liar advertises its forgeries one height after each snapshot height, so
-    // that a joiner, which tries the newest snapshot first, is offered a forgery first.
-    let forged = app.cfg().byzantine == Some(crate::byzantine::Lie::Forged);
-    let base = if forged { version - 1 } else { version };
+    // A forging liar advertises its forgeries one height (or several) after each snapshot
+    // height, so that a joiner, which tries the newest snapshot first, is offered a
+    // forgery first.
+    let offsets = crate::byzantine::Lie::snapshot_offsets(app.cfg().byzantine);
+    let due = interval > 0
+        && offsets.into_iter().any(|k| version > k && (version - k).is_multiple_of(interval));
     let mut times = std::mem::take(&mut node.pending_work);
-    if interval > 0 && base > 0 && base.is_multiple_of(interval) {
+    if due {
         let at = std::time::Instant::now();
         crate::statesync::take_snapshot(app, &mut node, version);
         times.snapshot = at.elapsed();

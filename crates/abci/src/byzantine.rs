@@ -10,6 +10,10 @@
 //!   (the true one plus a key) one height after each snapshot height, so a joiner (which
 //!   tries the newest first) is offered a forgery first; their metadata, hash and chunks
 //!   are all consistent with each other, only their root is not the chain's app hash.
+//! - `forged-many`: the same at each of the [`FORGERIES`] heights after each snapshot
+//!   height, so a joiner is offered that many forgeries, newest first, before the honest
+//!   snapshot (CometBFT lists up to 10 snapshots per peer). A restorer that can only check
+//!   a snapshot after downloading all of it downloads every forgery first.
 
 use std::fmt;
 use std::str::FromStr;
@@ -21,10 +25,25 @@ pub enum Lie {
     OtherHeight,
     Truncated,
     Forged,
+    ForgedMany,
 }
 
+/// How many forgeries `forged-many` advertises after each snapshot height.
+pub const FORGERIES: u64 = 4;
+
 impl Lie {
-    pub const ALL: [Lie; 4] = [Lie::WrongBytes, Lie::OtherHeight, Lie::Truncated, Lie::Forged];
+    pub const ALL: [Lie; 5] =
+        [Lie::WrongBytes, Lie::OtherHeight, Lie::Truncated, Lie::Forged, Lie::ForgedMany];
+
+    /// The heights after a snapshot height at which this liar takes its (forged)
+    /// snapshots: 0 for the honest heights.
+    pub fn snapshot_offsets(lie: Option<Lie>) -> std::ops::RangeInclusive<u64> {
+        match lie {
+            Some(Lie::Forged) => 1..=1,
+            Some(Lie::ForgedMany) => 1..=FORGERIES,
+            _ => 0..=0,
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -32,6 +51,7 @@ impl Lie {
             Lie::OtherHeight => "other-height",
             Lie::Truncated => "truncated",
             Lie::Forged => "forged",
+            Lie::ForgedMany => "forged-many",
         }
     }
 }
@@ -75,7 +95,7 @@ pub fn corrupt(lie: Lie, mut honest: Vec<u8>, other: Option<Vec<u8>>) -> Vec<u8>
             honest
         }
         // The forged snapshot's bundles are served as they are.
-        Lie::Forged => honest,
+        Lie::Forged | Lie::ForgedMany => honest,
     }
 }
 

@@ -88,9 +88,9 @@ impl Held {
 pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
     let start = std::time::Instant::now();
     let snap = match app.cfg().byzantine {
-        Some(Lie::Forged) => {
+        Some(Lie::Forged | Lie::ForgedMany) => {
             let mut tree = node.store.latest().to_tree();
-            let _ = tree.insert(byzantine::FORGED_KEY, b"forged");
+            let _ = tree.insert(byzantine::FORGED_KEY, format!("forged at {height}").as_bytes());
             tree.snapshot()
         }
         _ => node.store.latest(),
@@ -112,7 +112,8 @@ pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
         "snapshot taken"
     );
     node.snapshots.push(held);
-    prune(&mut node.snapshots, app.cfg().snapshot_keep.max(1));
+    let forgeries = *Lie::snapshot_offsets(app.cfg().byzantine).end() as usize;
+    prune(&mut node.snapshots, app.cfg().snapshot_keep.max(forgeries).max(1));
 }
 
 /// Drops the oldest snapshots beyond `keep`, except those a joiner is still restoring

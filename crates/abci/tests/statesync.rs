@@ -125,7 +125,7 @@ fn offers_are_checked_against_the_trusted_app_hash() {
             bavl_abci::restore::Applied::Accepted { .. } | bavl_abci::restore::Applied::Complete(_)
         ));
         if let bavl_abci::restore::Applied::Complete(tree) = done {
-            assert_eq!(tree.get(FORGED_KEY), Some(&b"forged"[..]));
+            assert_eq!(tree.get(FORGED_KEY), Some(&b"forged at 11"[..]));
         }
     }
     // Other refusals: a wrong format, a hash that does not match, a chunk count that
@@ -192,4 +192,25 @@ fn an_interrupted_restore_leaves_the_old_state() {
     let joiner = App::open(config(&home, 5)).unwrap();
     assert_eq!(info(&joiner), (0, Tree::with_capacity(16).unwrap().root_hash().to_vec()));
     std::fs::remove_dir_all(&home).unwrap();
+}
+
+#[test]
+fn a_liar_with_many_forgeries_lists_them_newest_first_and_each_is_refused() {
+    let (honest, liar, _) = servers("forged-many", Lie::ForgedMany);
+    let heights: Vec<u64> = liar.list_snapshots().snapshots.iter().map(|s| s.height).collect();
+    // Blocks 1..=12, snapshots every 5: forgeries at 6..=9 and 11, 12, of which the
+    // newest FORGERIES (4) are kept.
+    assert_eq!(heights, vec![8, 9, 11, 12]);
+    assert_eq!(newest(&honest).height, 10);
+    let joiner = App::open(config(&temp_home("joiner-forged-many"), 5)).unwrap();
+    for s in liar.list_snapshots().snapshots {
+        let trusted = model_at(s.height).root_hash();
+        assert_eq!(
+            offer(&joiner, &s, app_hash_at(&trusted)),
+            OfferResult::Reject as i32,
+            "{}",
+            s.height
+        );
+    }
+    assert_eq!(info(&joiner).0, 0);
 }

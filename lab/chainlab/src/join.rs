@@ -91,7 +91,9 @@ pub fn run(bins: &Bins, dir: &Path, base: u16, spec: &Network, setup: &Setup) ->
     for rep in 0..setup.reps {
         let s = wait_snapshot(&mut net, dir, last_snapshot, setup)?;
         last_snapshot = s;
-        net.wait_height(0, s + 4, Duration::from_secs(120))?;
+        // Headers after every forgery (up to FORGERIES heights after s) exist.
+        let forgeries = bavl_abci::byzantine::FORGERIES;
+        net.wait_height(0, s + forgeries + 4, Duration::from_secs(120))?;
         let (trust_hash, _) = bavl_abci::rpc::block_hashes(&net.rpc(0), s)?;
         let mut order: Vec<usize> = (0..spec.modes.len()).collect();
         if rep % 2 == 1 {

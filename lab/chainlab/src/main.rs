@@ -43,9 +43,10 @@ struct Cli {
     /// Which experiments: join, throughput, or both.
     #[arg(long, default_value = "both", value_parser = ["join", "throughput", "both"])]
     only: String,
-    /// The lie of the one Byzantine snapshot server (see `bavl-abci serve --help`).
-    #[arg(long, default_value = "forged")]
-    lie: String,
+    /// The lies of the one Byzantine snapshot server, one pair of networks (bavl,
+    /// baseline) each (see `bavl-abci serve --help`).
+    #[arg(long, default_value = "forged,forged-many", value_delimiter = ',')]
+    lies: Vec<String>,
     /// Seconds of load in the throughput experiment [default: 60, quick 15].
     #[arg(long)]
     load_seconds: Option<u64>,
@@ -141,22 +142,28 @@ fn main() -> Result<()> {
     });
     let work = if cli.work.is_absolute() { cli.work.clone() } else { root.join(&cli.work) };
     let bins = binaries(&root)?;
-    let lie: &'static str = Box::leak(cli.lie.clone().into_boxed_str());
-    let mut rep = report::Report::new(&setup, &bins, lie);
+    let lies: Vec<&'static str> =
+        cli.lies.iter().map(|l| &*Box::leak(l.clone().into_boxed_str())).collect();
+    let mut rep = report::Report::new(&setup, &bins, &lies);
     let mut port = cli.port;
     if cli.only != "throughput" {
-        let networks = [
+        let mut networks = vec![
             join::Network {
                 format: "bavl",
                 liar: None,
                 modes: vec![join::Mode::Verify, join::Mode::Null],
             },
             join::Network { format: "baseline", liar: None, modes: vec![join::Mode::Verify] },
-            join::Network { format: "bavl", liar: Some(lie), modes: vec![join::Mode::Verify] },
-            join::Network { format: "baseline", liar: Some(lie), modes: vec![join::Mode::Verify] },
         ];
+        for &lie in &lies {
+            for format in ["bavl", "baseline"] {
+                let modes = vec![join::Mode::Verify];
+                networks.push(join::Network { format, liar: Some(lie), modes });
+            }
+        }
         for (k, n) in networks.iter().enumerate() {
-            let dir = work.join(format!("join{k}-{}{}", n.format, n.liar.map_or("", |_| "-byz")));
+            let tag = n.liar.map_or(String::new(), |l| format!("-{l}"));
+            let dir = work.join(format!("join{k}-{}{tag}", n.format));
             eprintln!(
                 "chainlab: join network {k}: {} snapshots, liar {:?}, {} keys",
                 n.format, n.liar, setup.keys

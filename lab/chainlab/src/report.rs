@@ -14,7 +14,7 @@ use crate::Setup;
 pub struct Report {
     setup: Setup,
     cometbft: String,
-    lie: &'static str,
+    lies: Vec<&'static str>,
     pub joins: Vec<Join>,
     pub throughput: Vec<Throughput>,
 }
@@ -50,11 +50,17 @@ fn machine() -> Value {
 }
 
 impl Report {
-    pub fn new(setup: &Setup, bins: &Bins, lie: &'static str) -> Report {
+    pub fn new(setup: &Setup, bins: &Bins, lies: &[&'static str]) -> Report {
         let v = std::process::Command::new(&bins.cometbft).arg("version").output();
         let cometbft =
             v.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
-        Report { setup: setup.clone(), cometbft, lie, joins: vec![], throughput: vec![] }
+        Report {
+            setup: setup.clone(),
+            cometbft,
+            lies: lies.to_vec(),
+            joins: vec![],
+            throughput: vec![],
+        }
     }
 
     fn runs(&self, variant: &str) -> Vec<&Join> {
@@ -77,7 +83,7 @@ impl Report {
     }
 
     fn join_json(&self) -> Value {
-        let byz = |f: &str| format!("{f}+1-{}", self.lie);
+        let byz = |f: &str, lie: &str| format!("{f}+1-{lie}");
         let t = |v: &str| self.median_of(v, |j| j.restore_s);
         let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b.max(1e-9));
         let per_variant: Value = self
@@ -101,15 +107,29 @@ impl Report {
             })
             .collect::<serde_json::Map<_, _>>()
             .into();
+        let per_lie: serde_json::Map<String, Value> = self
+            .lies
+            .iter()
+            .map(|&l| {
+                let (a, b) = (t(&byz("bavl", l)), t(&byz("baseline", l)));
+                (
+                    l.to_string(),
+                    json!({"join_s_bavl": a, "join_s_baseline": b, "join_speedup": ratio(b, a)}),
+                )
+            })
+            .collect();
+        let first = self.lies.first().copied().unwrap_or("forged");
         json!({
             "join_s_bavl": t("bavl"),
             "join_s_baseline": t("baseline"),
             "join_s_null": t("null"),
-            "join_s_bavl_one_byzantine": t(&byz("bavl")),
-            "join_s_baseline_one_byzantine": t(&byz("baseline")),
             "join_speedup_honest": ratio(t("baseline"), t("bavl")),
-            "join_speedup_one_byzantine": ratio(t(&byz("baseline")), t(&byz("bavl"))),
             "join_over_null": ratio(t("bavl"), t("null")),
+            "one_byzantine_lie": first,
+            "join_s_bavl_one_byzantine": t(&byz("bavl", first)),
+            "join_s_baseline_one_byzantine": t(&byz("baseline", first)),
+            "join_speedup_one_byzantine": ratio(t(&byz("baseline", first)), t(&byz("bavl", first))),
+            "one_byzantine_by_lie": per_lie,
             "variants": per_variant,
         })
     }
@@ -139,7 +159,7 @@ impl Report {
             "setup": {
                 "keys": s.keys, "key_bytes": 20, "value_bytes": 100, "validators": 4,
                 "snapshot_interval_join": s.interval, "reps": s.reps,
-                "byzantine": format!("validator 3 serves {} snapshots", self.lie),
+                "byzantine": format!("validator 3 serves lying snapshots: {} (one pair of networks each)", self.lies.join(", ")),
                 "bavl_bundle_bytes": bavl_abci::snapshot::TARGET_BUNDLE_BYTES,
                 "baseline_chunk_bytes": bavl_abci::baseline::CHUNK_BYTES,
                 "cometbft_config": "defaults of `cometbft testnet` (statesync chunk_fetchers 4, chunk_request_timeout 10s; p2p send_rate and recv_rate 5120000 B/s per connection) except timeout_commit 300ms, timeout_propose 1s, statesync discovery_time 5s",
