@@ -126,9 +126,9 @@ fn main() -> Result<()> {
     let q = cli.quick;
     let setup = Setup {
         keys: cli.keys.unwrap_or(if q { 30_000 } else { 1_000_000 }),
-        interval: if q { 10 } else { 30 },
+        interval: if q { 10 } else { 100 },
         reps: cli.reps.unwrap_or(if q { 1 } else { 3 }).max(1),
-        join_timeout_s: 600,
+        join_timeout_s: if q { 120 } else { 400 },
         load_interval: if q { 5 } else { 10 },
         load_s: cli.load_seconds.unwrap_or(if q { 15 } else { 60 }),
         load_threads: cli.load_threads.max(1),
@@ -168,7 +168,13 @@ fn main() -> Result<()> {
                 "chainlab: join network {k}: {} snapshots, liar {:?}, {} keys",
                 n.format, n.liar, setup.keys
             );
-            rep.joins.extend(join::run(&bins, &dir, port, n, &setup)?);
+            match join::run(&bins, &dir, port, n, &setup) {
+                Ok(joins) => rep.joins.extend(joins),
+                Err(e) => {
+                    eprintln!("chainlab: join network {k} failed: {e:#}");
+                    rep.errors.push(format!("join network {k} ({}): {e:#}", dir.display()));
+                }
+            }
             port += 100;
         }
     }
@@ -179,9 +185,19 @@ fn main() -> Result<()> {
                 "chainlab: throughput: {format} snapshots every {} heights",
                 setup.load_interval
             );
-            rep.throughput.push(blocks::run(&bins, &dir, port, format, &setup)?);
+            match blocks::run(&bins, &dir, port, format, &setup) {
+                Ok(t) => rep.throughput.push(t),
+                Err(e) => {
+                    eprintln!("chainlab: throughput of {format} failed: {e:#}");
+                    rep.errors.push(format!("throughput {format} ({}): {e:#}", dir.display()));
+                }
+            }
             port += 100;
         }
     }
-    rep.write(&out, &std::env::args().collect::<Vec<_>>().join(" "))
+    rep.write(&out, &std::env::args().collect::<Vec<_>>().join(" "))?;
+    if !rep.errors.is_empty() {
+        bail!("{} experiment(s) failed (recorded in chain.json)", rep.errors.len());
+    }
+    Ok(())
 }

@@ -12,6 +12,8 @@ use crate::net::Bins;
 use crate::Setup;
 
 pub struct Report {
+    /// Experiments that could not run to the end (the figures of the others stand).
+    pub errors: Vec<String>,
     setup: Setup,
     cometbft: String,
     lies: Vec<&'static str>,
@@ -55,6 +57,7 @@ impl Report {
         let cometbft =
             v.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
         Report {
+            errors: vec![],
             setup: setup.clone(),
             cometbft,
             lies: lies.to_vec(),
@@ -63,8 +66,13 @@ impl Report {
         }
     }
 
+    /// The restored runs of `variant` (failed ones are counted apart).
     fn runs(&self, variant: &str) -> Vec<&Join> {
-        self.joins.iter().filter(|j| j.variant == variant).collect()
+        self.joins.iter().filter(|j| j.variant == variant && j.restored).collect()
+    }
+
+    fn failed(&self, variant: &str) -> usize {
+        self.joins.iter().filter(|j| j.variant == variant && !j.restored).count()
     }
 
     fn median_of(&self, variant: &str, f: impl Fn(&Join) -> f64) -> Option<f64> {
@@ -102,6 +110,7 @@ impl Report {
                         "app_peak_rss_bytes_max": max(|j| j.app_peak_rss_bytes),
                         "node_peak_rss_bytes_max": max(|j| j.node_peak_rss_bytes),
                         "runs": runs.len(),
+                        "failed_runs": self.failed(v),
                     }),
                 )
             })
@@ -166,6 +175,7 @@ impl Report {
                 "snapshot_interval_load": s.load_interval, "load_seconds": s.load_s,
                 "load_threads": s.load_threads, "ops_per_tx": 10,
             },
+            "errors": self.errors,
             "join": self.join_json(),
             "throughput": self.throughput_json(),
             "targets": {
@@ -176,7 +186,7 @@ impl Report {
         });
         let path = out.join("chain.json");
         std::fs::write(&path, format!("{doc:#}\n"))?;
-        let mut csv = String::from("variant,rep,snapshot_height,restore_s,from_start_s,bytes,bytes_received,bundles_kept,bundles_refused,offers_refused,snapshots_rejected,app_peak_rss_bytes,node_peak_rss_bytes\n");
+        let mut csv = String::from("variant,rep,snapshot_height,restored,restore_s,from_start_s,bytes,bytes_received,bundles_kept,bundles_refused,offers_refused,snapshots_rejected,app_peak_rss_bytes,node_peak_rss_bytes\n");
         for j in &self.joins {
             csv.push_str(&format!(
                 "{},{},{},{:.3},{:.3},{},{},{},{},{},{},{},{}\n",
