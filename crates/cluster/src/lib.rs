@@ -7,11 +7,17 @@
 //! route by TiKV's region epochs. See `docs/cluster.md`.
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod consensus;
+pub mod history;
 pub mod log_store;
 pub mod msg;
 pub mod node;
 pub mod raftnet;
 pub mod range;
+pub mod sim;
+pub mod simcheck;
+pub mod simnet;
 pub mod sm;
+pub mod split;
 pub mod types;

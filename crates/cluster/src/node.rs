@@ -35,6 +35,10 @@ pub struct NodeOptions {
     pub raft: Arc<openraft::Config>,
     /// A range leader splits its range once it holds more keys than this.
     pub split_keys: u64,
+    /// Chunk capacity of the ranges this node bootstraps.
+    pub capacity: u32,
+    /// Period of the leader duties ([`Node::tick`]), in milliseconds.
+    pub tick_ms: u64,
 }
 
 /// openraft settings for the simulation and tests (milliseconds).
@@ -91,7 +95,9 @@ impl Node {
         }
         let n = node.clone();
         let children = tokio::spawn(async move { n.run_children(rx).await });
-        node.tasks.lock().expect("not poisoned").push(children);
+        let n = node.clone();
+        let ticker = tokio::spawn(async move { n.run_ticks().await });
+        node.tasks.lock().expect("not poisoned").extend([children, ticker]);
         Ok(node)
     }
 
@@ -99,10 +105,13 @@ impl Node {
     /// then starts them. Called once, on every node of a new cluster.
     pub async fn bootstrap(self: &Arc<Self>, members: &BTreeSet<NodeId>) -> std::io::Result<()> {
         let first = RangeDesc::whole(1, members.clone());
-        let mut dir = RangeState::new(RangeDesc::whole(DIRECTORY_GROUP, members.clone()));
+        let cap = self.opts.capacity;
+        let mut dir = RangeState::new(RangeDesc::whole(DIRECTORY_GROUP, members.clone()), cap)
+            .map_err(std::io::Error::other)?;
         dir.put_descriptor(&first);
         dir.next_group_id = 2;
-        for data in [dir.export(), RangeState::new(first).export()] {
+        let range = RangeState::new(first, cap).map_err(std::io::Error::other)?;
+        for data in [dir.export(), range.export()] {
             let id = data.desc.as_ref().expect("exported with a descriptor").id;
             let gdir = group_dir(&self.opts.dir, id);
             std::fs::create_dir_all(&gdir)?;
@@ -119,6 +128,14 @@ impl Node {
             if let Err(e) = self.start_group(g).await {
                 eprintln!("node {}: cannot start group {g}: {e}", self.id);
             }
+        }
+    }
+
+    async fn run_ticks(self: Arc<Self>) {
+        let period = std::time::Duration::from_millis(self.opts.tick_ms);
+        for round in 0u64.. {
+            tokio::time::sleep(period).await;
+            self.tick(self.opts.split_keys, round % 4 == 3).await;
         }
     }
 

@@ -12,7 +12,8 @@ use bavl_core::{Restore, Sha256, Tree, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 use crate::types::{BatchOp, ChunkBytes, Command, GroupId, RangeDesc, Response, SnapshotData};
 
-/// Chunk capacity of every range tree.
+/// Default chunk capacity of range trees (a cluster picks its own at bootstrap; split
+/// children inherit their parent's).
 pub const CAPACITY: u32 = bavl_core::DEFAULT_CAPACITY;
 
 /// Key prefix of range descriptors in the directory's tree (followed by the start key).
@@ -29,6 +30,8 @@ pub enum ChunkError {
     Restore(#[from] bavl_core::RestoreError),
     #[error("an empty snapshot's root differs from the empty tree's")]
     EmptyMismatch,
+    #[error("chunk capacity {0} out of bounds")]
+    Capacity(u32),
 }
 
 /// The replicated state of one group: its descriptor and its tree.
@@ -58,9 +61,10 @@ fn check_entry(key: &[u8], value: &[u8]) -> Result<(), String> {
 }
 
 impl RangeState {
-    pub fn new(desc: RangeDesc) -> Self {
-        let tree = Tree::with_capacity(CAPACITY).expect("CAPACITY is valid");
-        RangeState { desc, tree, next_group_id: 1 }
+    /// An empty range; `capacity` must lie in bavl's bounds.
+    pub fn new(desc: RangeDesc, capacity: u32) -> Result<Self, bavl_core::InputError> {
+        let tree = Tree::with_capacity(capacity)?;
+        Ok(RangeState { desc, tree, next_group_id: 1 })
     }
 
     pub fn is_directory(&self) -> bool {
@@ -140,7 +144,7 @@ impl RangeState {
             .range(Bound::Included(key), Bound::Unbounded)
             .map(|(k, v)| (k.to_vec(), v.to_vec()))
             .collect();
-        let mut right_tree = Tree::with_capacity(CAPACITY).expect("CAPACITY is valid");
+        let mut right_tree = Tree::with_capacity(self.tree.capacity()).expect("capacity of a tree");
         for (k, v) in &moved {
             self.tree.remove(k);
             right_tree.insert(k, v).expect("entry came from a tree");
@@ -224,13 +228,13 @@ impl RangeState {
         let desc = data.desc.clone().ok_or(ChunkError::NoDescriptor)?;
         let root: [u8; 32] = data.root.as_slice().try_into().map_err(|_| ChunkError::BadRoot)?;
         let mut tree = if data.chunks.is_empty() {
-            Tree::with_capacity(CAPACITY).expect("CAPACITY is valid")
+            Tree::with_capacity(data.capacity).map_err(|_| ChunkError::Capacity(data.capacity))?
         } else {
             let mut restore = Restore::<Sha256>::new(root);
             for (i, c) in data.chunks.iter().enumerate() {
                 restore.add_chunk(i as u64, &c.0)?;
             }
-            restore.finish(CAPACITY)?
+            restore.finish(data.capacity)?
         };
         if tree.root_hash() != root {
             return Err(ChunkError::EmptyMismatch);

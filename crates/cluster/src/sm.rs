@@ -77,7 +77,8 @@ impl GroupSm {
         let dir = group_dir(node_dir, desc.id);
         std::fs::create_dir_all(&dir)?;
         let mut shared = Shared {
-            state: RangeState::new(desc),
+            state: RangeState::new(desc, crate::range::CAPACITY)
+                .expect("default capacity is valid"),
             last_applied: None,
             membership: Default::default(),
         };

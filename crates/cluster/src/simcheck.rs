@@ -1,0 +1,138 @@
+//! The simulation's invariant checks and its fault schedule (see [`crate::sim`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::node::Node;
+use crate::sim::{node_options, SimOptions, SimReport};
+use crate::simnet::SimNet;
+use crate::types::{GroupId, RangeDesc, DIRECTORY_GROUP};
+
+/// The newest descriptor of every range group among the live replicas.
+pub fn newest_descs(net: &SimNet) -> BTreeMap<GroupId, RangeDesc> {
+    let mut newest: BTreeMap<GroupId, RangeDesc> = BTreeMap::new();
+    for node in net.live() {
+        for g in node.groups() {
+            let d = g.sm.desc();
+            if d.id == DIRECTORY_GROUP {
+                continue;
+            }
+            let newer = newest.get(&d.id).map_or(true, |h| {
+                (d.epoch.version, d.epoch.conf_ver) > (h.epoch.version, h.epoch.conf_ver)
+            });
+            if newer {
+                newest.insert(d.id, d);
+            }
+        }
+    }
+    newest
+}
+
+/// One round of checks; `gaps` carries the gaps seen in the previous round.
+pub async fn check(net: &SimNet, gaps: &mut HashMap<String, u32>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut descs: Vec<RangeDesc> = newest_descs(net).into_values().collect();
+    descs.sort_by(|a, b| a.start.cmp(&b.start));
+    let mut seen = Vec::new();
+    let mut expect: Vec<u8> = Vec::new();
+    for (i, d) in descs.iter().enumerate() {
+        if i > 0 && (d.start < expect || descs[i - 1].end.is_empty()) {
+            out.push(format!(
+                "overlap: group {} starts at {} before the previous range ends",
+                d.id,
+                hex::encode(&d.start)
+            ));
+        } else if d.start != expect {
+            seen.push(format!("gap [{}, {})", hex::encode(&expect), hex::encode(&d.start)));
+        }
+        expect.clone_from(&d.end);
+    }
+    if descs.last().is_some_and(|d| !d.end.is_empty()) {
+        seen.push(format!("gap from {} to the end", hex::encode(&expect)));
+    }
+    let mut next = HashMap::new();
+    for g in seen {
+        let n = gaps.get(&g).copied().unwrap_or(0) + 1;
+        if n >= 3 {
+            out.push(format!("{g} persisted over {n} checks"));
+        }
+        next.insert(g, n);
+    }
+    *gaps = next;
+    out.extend(check_roots(net));
+    out
+}
+
+fn check_roots(net: &SimNet) -> Vec<String> {
+    let mut roots: HashMap<(GroupId, u64), ([u8; 32], u64)> = HashMap::new();
+    let mut out = Vec::new();
+    for node in net.live() {
+        for g in node.groups() {
+            let mut s = g.sm.shared.lock().expect("not poisoned");
+            let Some(applied) = s.last_applied else { continue };
+            let root = s.state.tree.root_hash();
+            let id = s.state.desc.id;
+            match roots.get(&(id, applied.index)) {
+                Some((r, other)) if *r != root => out.push(format!(
+                    "group {id} at index {}: node {} and node {other} hold different roots",
+                    applied.index, node.id
+                )),
+                _ => {
+                    roots.insert((id, applied.index), (root, node.id));
+                }
+            }
+        }
+    }
+    out
+}
+
+pub(crate) async fn check_loop(
+    net: Arc<SimNet>,
+    report: Arc<Mutex<SimReport>>,
+    _done: Arc<AtomicBool>,
+) {
+    let mut gaps = HashMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let v = check(&net, &mut gaps).await;
+        report.lock().expect("not poisoned").violations.extend(v);
+    }
+}
+
+/// Isolates or crashes one node at a time, then heals or restarts it, until `done`.
+pub(crate) async fn chaos(
+    net: Arc<SimNet>,
+    opts: SimOptions,
+    report: Arc<Mutex<SimReport>>,
+    done: Arc<AtomicBool>,
+) {
+    while !done.load(Ordering::SeqCst) {
+        let (pause, victim, crash, down) = net.draw(|r| {
+            (
+                r.gen_range(300..1500),
+                r.gen_range(1..=opts.nodes),
+                r.gen_bool(0.5),
+                r.gen_range(300..2000),
+            )
+        });
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        report.lock().expect("not poisoned").faults_injected += 1;
+        if crash {
+            let Some(node) = net.detach(victim) else { continue };
+            node.shutdown().await;
+            tokio::time::sleep(Duration::from_millis(down)).await;
+            let node = Node::open(victim, node_options(&opts, victim), net.clone())
+                .await
+                .expect("node reopens");
+            net.attach(node);
+        } else {
+            net.isolate(victim, true);
+            tokio::time::sleep(Duration::from_millis(down)).await;
+            net.isolate(victim, false);
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! A range leader's duties: splitting its range when it grows past the threshold, and
+//! reporting its descriptor to the directory (TiKV's region heartbeat to PD).
+//!
+//! The split protocol: (1) the leader picks a key at a chunk boundary near the middle of its
+//! tree; (2) it asks the directory for a fresh group id; (3) it proposes one `Split` command
+//! in its own log, carrying the epoch it read — every replica applies it identically: the
+//! range keeps `[start, key)`, the right half becomes the new group on the same replicas,
+//! both at `version + 1`, and each replica creates the child from the half it computed; (4)
+//! it reports both descriptors to the directory in one command. A crash between (3) and (4)
+//! leaves the directory stale, which clients survive (fence keys answer `Stale`) and the
+//! next heartbeat report repairs. An id allocated in (2) but never used is simply skipped.
+
+use std::sync::Arc;
+
+use crate::consensus::Consensus;
+use crate::msg::{ClientOp, ClientReply, ClientRequest, Message, Reply};
+use crate::node::Node;
+use crate::types::{Command, Epoch, NodeId, Response, DIRECTORY_GROUP};
+
+impl Node {
+    /// One round of leader duties; `report` also sends every led range's descriptor.
+    pub async fn tick(self: &Arc<Self>, split_keys: u64, report: bool) {
+        for group in self.groups() {
+            let desc = group.sm.desc();
+            if desc.id == DIRECTORY_GROUP || group.leader() != Some(self.id) {
+                continue;
+            }
+            let len = group.sm.shared.lock().expect("not poisoned").state.tree.len();
+            if len > split_keys {
+                self.split(&group).await;
+            } else if report {
+                self.directory_call(ClientOp::Report(vec![desc])).await;
+            }
+        }
+    }
+
+    async fn split(&self, group: &crate::consensus::OpenraftGroup) {
+        let (key, epoch) = {
+            let s = group.sm.shared.lock().expect("not poisoned");
+            (s.state.split_key(), s.state.desc.epoch)
+        };
+        let Some(key) = key else { return };
+        let Some(ClientReply::GroupId(new_id)) = self.directory_call(ClientOp::AllocGroupId).await
+        else {
+            return;
+        };
+        if let Ok(Response::Split { left, right }) =
+            group.propose(Command::Split { epoch, key, new_id }).await
+        {
+            self.directory_call(ClientOp::Report(vec![left, right])).await;
+        }
+    }
+
+    /// Sends a directory operation to the directory's leader (this node's replica first,
+    /// then the others, following hints). `None` if no replica answered for sure.
+    pub async fn directory_call(&self, op: ClientOp) -> Option<ClientReply> {
+        let members: Vec<NodeId> = match self.group(DIRECTORY_GROUP) {
+            Some(g) => {
+                let hint = g.leader();
+                let mut m: Vec<NodeId> = g.sm.desc().replicas.into_iter().collect();
+                m.sort_by_key(|n| Some(*n) != hint);
+                m
+            }
+            None => return None,
+        };
+        let req = ClientRequest { group: DIRECTORY_GROUP, epoch: Epoch::default(), op };
+        for n in members {
+            let reply = if n == self.id {
+                self.handle_client(req.clone()).await
+            } else {
+                match self.transport.send(self.id, n, Message::Client(req.clone())).await {
+                    Ok(Reply::Client(r)) => r,
+                    _ => continue,
+                }
+            };
+            match reply {
+                ClientReply::NotLeader(_) | ClientReply::NoGroup | ClientReply::Unknown(_) => {
+                    continue
+                }
+                r => return Some(r),
+            }
+        }
+        None
+    }
+}
