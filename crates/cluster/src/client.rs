@@ -23,6 +23,8 @@ pub struct ClientOptions {
     pub timeout: Duration,
     pub max_attempts: u32,
     pub backoff: Duration,
+    /// Fault injection for checking the checkers: send gets to any replica in turn.
+    pub spread_reads: bool,
 }
 
 impl Default for ClientOptions {
@@ -32,6 +34,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(2),
             max_attempts: 30,
             backoff: Duration::from_millis(20),
+            spread_reads: false,
         }
     }
 }
@@ -128,7 +131,10 @@ impl Client {
                     return Err(ClientError::CrossRange);
                 }
             }
-            let target = self.target(&desc, attempt);
+            if self.opts.spread_reads && !write {
+                self.leaders.remove(&desc.id);
+            }
+            let target = self.target(&desc, attempt + self.stats.ops as u32);
             let req = ClientRequest { group: desc.id, epoch: desc.epoch, op: op.clone() };
             let sent = tokio::time::timeout(
                 self.opts.timeout,

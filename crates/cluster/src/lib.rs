@@ -10,6 +10,7 @@
 pub mod client;
 pub mod consensus;
 pub mod history;
+pub mod lincheck;
 pub mod log_store;
 pub mod msg;
 pub mod node;

@@ -46,6 +46,8 @@ pub struct SimOptions {
     pub crashes: bool,
     pub dir: PathBuf,
     pub no_cache: bool,
+    /// Inject stale reads (see `NodeOptions::unsafe_local_reads`), to show the checks fail.
+    pub inject_stale_reads: bool,
 }
 
 /// What a simulation saw.
@@ -78,6 +80,7 @@ pub(crate) fn node_options(opts: &SimOptions, id: NodeId) -> NodeOptions {
         split_keys: opts.split_keys,
         capacity: opts.capacity,
         tick_ms: 200,
+        unsafe_local_reads: opts.inject_stale_reads,
     }
 }
 
@@ -135,7 +138,11 @@ async fn simulate(opts: SimOptions) -> SimReport {
 }
 
 fn make_client(opts: &SimOptions, net: &Arc<SimNet>, c: u64) -> Client {
-    let copts = ClientOptions { no_cache: opts.no_cache, ..ClientOptions::default() };
+    let copts = ClientOptions {
+        no_cache: opts.no_cache,
+        spread_reads: opts.inject_stale_reads,
+        ..ClientOptions::default()
+    };
     Client::new(1000 + c, (1..=opts.nodes).collect(), net.clone(), copts)
 }
 

@@ -2,6 +2,7 @@
 //! reads-from-writes check (the full linearizability check runs in lab/lincheck).
 
 use bavl_cluster::history::{reads_from_writes, write_jsonl};
+use bavl_cluster::lincheck;
 use bavl_cluster::sim::{run, SimOptions, SimReport};
 use bavl_cluster::simnet::Faults;
 
@@ -18,6 +19,7 @@ fn options(seed: u64, dir: &std::path::Path, crashes: bool) -> SimOptions {
         crashes,
         dir: dir.to_path_buf(),
         no_cache: false,
+        inject_stale_reads: false,
     }
 }
 
@@ -25,6 +27,13 @@ fn assert_sound(r: &SimReport, label: &str) {
     assert!(r.violations.is_empty(), "{label}: violations: {:#?}", r.violations);
     let bad = reads_from_writes(&r.history);
     assert!(bad.is_empty(), "{label}: reads of values never written: {bad:#?}");
+    let verdict = lincheck::check(&r.history);
+    assert!(
+        verdict.violations.is_empty(),
+        "{label}: not linearizable on keys {:?}",
+        verdict.violations
+    );
+    assert!(verdict.undecided.is_empty(), "{label}: undecided keys {:?}", verdict.undecided);
     let done = r.history.iter().filter(|o| o.ret.is_some()).count();
     assert!(done > 100, "{label}: only {done} operations completed");
 }
@@ -40,4 +49,43 @@ fn quiet_network_splits_and_stays_consistent() {
         let mut f = std::fs::File::create(path).unwrap();
         write_jsonl(&r.history, &mut f).unwrap();
     }
+}
+
+#[test]
+fn faults_crashes_and_partitions_keep_the_invariants() {
+    for seed in [7, 8, 9] {
+        let dir = tempfile::tempdir().unwrap();
+        let r = run(options(seed, dir.path(), true));
+        eprintln!(
+            "seed {seed}: ranges {} faults {} unknown {} stats {:?} messages {}",
+            r.ranges.len(),
+            r.faults_injected,
+            r.unknown,
+            r.stats,
+            r.messages
+        );
+        assert_sound(&r, &format!("seed {seed}"));
+        assert!(r.faults_injected > 0, "seed {seed}: no fault injected");
+    }
+}
+
+#[test]
+fn injected_stale_reads_are_caught() {
+    let mut caught = 0;
+    for seed in [11, 12, 13] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = options(seed, dir.path(), false);
+        o.inject_stale_reads = true;
+        o.keys = 20;
+        o.faults.max_delay_ms = 20;
+        let r = run(o);
+        let v = lincheck::check(&r.history);
+        eprintln!(
+            "seed {seed}: {} keys not linearizable of {}",
+            v.violations.len(),
+            v.keys_checked
+        );
+        caught += usize::from(!v.violations.is_empty());
+    }
+    assert!(caught > 0, "stale reads went unnoticed on every seed");
 }
