@@ -89,6 +89,15 @@ impl LogStore {
     }
 }
 
+/// Writes a new group's log: empty, purged up to `upto` (the group starts from a snapshot
+/// at that log id), synced.
+pub fn seed(path: &Path, upto: typ::LogId) -> std::io::Result<()> {
+    let mut inner =
+        Inner { path: path.to_path_buf(), durability: Some(Durability::Fsync), ..Inner::default() };
+    inner.file = Some(File::create(path)?);
+    inner.write(Record::Purge(upto), true).map_err(|e| std::io::Error::other(e.to_string()))
+}
+
 /// Applies every intact record of `bytes` to `inner`; returns the length of the intact prefix.
 fn replay(bytes: &[u8], inner: &mut Inner) -> usize {
     let mut at = 0;

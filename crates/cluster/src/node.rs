@@ -11,7 +11,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use openraft::BasicNode;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
 
@@ -22,10 +21,8 @@ use crate::msg::{
 };
 use crate::raftnet::GroupNet;
 use crate::range::RangeState;
-use crate::sm::{group_dir, read_json, write_atomic, GroupSm, BASE_FILE, SNAPSHOT_FILE};
-use crate::types::{
-    typ, Command, GroupId, NodeId, RangeDesc, Response, SnapshotData, DIRECTORY_GROUP,
-};
+use crate::sm::{group_dir, seed_group, GroupSm, LOG_FILE, SNAPSHOT_FILE};
+use crate::types::{typ, Command, GroupId, NodeId, RangeDesc, Response, DIRECTORY_GROUP};
 
 /// How a node runs.
 #[derive(Clone)]
@@ -45,13 +42,17 @@ pub struct NodeOptions {
 }
 
 /// openraft settings for the simulation and tests (milliseconds).
-pub fn raft_config(heartbeat: u64, election_min: u64) -> Arc<openraft::Config> {
+pub fn raft_config(
+    heartbeat: u64,
+    election_min: u64,
+    snapshot_every: u64,
+) -> Arc<openraft::Config> {
     let c = openraft::Config {
         heartbeat_interval: heartbeat,
         election_timeout_min: election_min,
         election_timeout_max: election_min * 2,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(500),
-        max_in_snapshot_log_to_keep: 100,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_every),
+        max_in_snapshot_log_to_keep: snapshot_every / 5,
         ..Default::default()
     };
     Arc::new(c.validate().expect("valid raft config"))
@@ -94,7 +95,7 @@ impl Node {
         }
         ids.sort_unstable();
         for g in ids {
-            node.start_group(g).await?;
+            node.start_group(g, false).await?;
         }
         let n = node.clone();
         let children = tokio::spawn(async move { n.run_children(rx).await });
@@ -115,20 +116,17 @@ impl Node {
         dir.next_group_id = 2;
         let range = RangeState::new(first, cap).map_err(std::io::Error::other)?;
         for data in [dir.export(), range.export()] {
-            let id = data.desc.as_ref().expect("exported with a descriptor").id;
-            let gdir = group_dir(&self.opts.dir, id);
-            std::fs::create_dir_all(&gdir)?;
-            write_atomic(&gdir.join(BASE_FILE), &serde_json::to_vec(&data)?)?;
+            seed_group(&self.opts.dir, &data)?;
         }
         for g in [DIRECTORY_GROUP, 1] {
-            self.start_group(g).await?;
+            self.start_group(g, false).await?;
         }
         Ok(())
     }
 
     async fn run_children(self: Arc<Self>, mut rx: UnboundedReceiver<GroupId>) {
         while let Some(g) = rx.recv().await {
-            if let Err(e) = self.start_group(g).await {
+            if let Err(e) = self.start_group(g, false).await {
                 eprintln!("node {}: cannot start group {g}: {e}", self.id);
             }
         }
@@ -142,32 +140,24 @@ impl Node {
         }
     }
 
-    /// Starts group `g` from its files (no-op if running); initializes it if it is new.
-    async fn start_group(&self, g: GroupId) -> std::io::Result<()> {
+    /// Starts group `g` from its files (no-op if running). A group without a snapshot file
+    /// is started only if `empty` (a replica created by a message, waiting for a snapshot).
+    async fn start_group(&self, g: GroupId, empty: bool) -> std::io::Result<()> {
         if self.group(g).is_some() {
             return Ok(());
         }
         let gdir = group_dir(&self.opts.dir, g);
-        let base: Option<SnapshotData> = read_json(&gdir.join(BASE_FILE))?;
-        let desc = match (&base, gdir.join(SNAPSHOT_FILE).exists()) {
-            (Some(b), _) => {
-                b.desc.clone().ok_or_else(|| std::io::Error::other("base without descriptor"))?
-            }
-            (None, true) => RangeDesc::whole(g, BTreeSet::new()),
-            (None, false) => return Ok(()),
-        };
-        let sm = GroupSm::open(&self.opts.dir, desc.clone(), self.children.clone())?;
-        let log = LogStore::open(&gdir.join("raft.log"), self.opts.durability)?;
+        if !empty && !gdir.join(SNAPSHOT_FILE).exists() {
+            return Ok(());
+        }
+        // Placeholder until the snapshot file (or an installed snapshot) replaces it.
+        let desc = RangeDesc::whole(g, BTreeSet::new());
+        let sm = GroupSm::open(&self.opts.dir, desc, self.children.clone())?;
+        let log = LogStore::open(&gdir.join(LOG_FILE), self.opts.durability)?;
         let net = GroupNet { node: self.id, group: g, transport: self.transport.clone() };
         let raft = typ::Raft::new(self.id, self.opts.raft.clone(), net, log, sm.clone())
             .await
             .map_err(std::io::Error::other)?;
-        if !raft.is_initialized().await.map_err(std::io::Error::other)? {
-            let members: std::collections::BTreeMap<NodeId, BasicNode> =
-                desc.replicas.iter().map(|n| (*n, BasicNode::default())).collect();
-            // Every replica initializes with the same membership, which openraft allows.
-            let _ = raft.initialize(members).await;
-        }
         let group = OpenraftGroup { raft, sm, node: self.id };
         self.groups.lock().expect("not poisoned").insert(g, group);
         Ok(())
@@ -206,6 +196,16 @@ impl Node {
     }
 
     async fn handle_raft(&self, g: GroupId, rpc: RaftRpc) -> RaftReply {
+        if self.group(g).is_none() && g != DIRECTORY_GROUP && !matches!(rpc, RaftRpc::Vote(_)) {
+            // A replica that missed its group's creation (it installed the parent's snapshot
+            // past the split, or was down): start it empty; the leader will send a snapshot.
+            if let Err(e) = self.start_group(g, true).await {
+                return RaftReply::Refused(format!(
+                    "node {} cannot create group {g}: {e}",
+                    self.id
+                ));
+            }
+        }
         let Some(group) = self.group(g) else {
             return RaftReply::Refused(format!("node {} hosts no group {g}", self.id));
         };
@@ -231,6 +231,9 @@ impl Node {
     /// Serves one client request (see the module doc for the checks).
     pub async fn handle_client(&self, req: ClientRequest) -> ClientReply {
         let Some(group) = self.group(req.group) else { return ClientReply::NoGroup };
+        if group.sm.shared.lock().expect("not poisoned").last_applied.is_none() {
+            return ClientReply::NoGroup;
+        }
         if req.group == DIRECTORY_GROUP {
             return directory_op(&group, req.op).await;
         }

@@ -136,3 +136,36 @@ pub(crate) async fn chaos(
         }
     }
 }
+
+/// Whether every replica named by the newest descriptors hosts its group at one applied
+/// index with one root.
+fn converged(net: &SimNet) -> Result<(), String> {
+    for d in newest_descs(net).values() {
+        let mut states = Vec::new();
+        for n in &d.replicas {
+            let Some(g) = net.node(*n).and_then(|node| node.group(d.id)) else {
+                return Err(format!("group {} has no replica on node {n}", d.id));
+            };
+            let mut s = g.sm.shared.lock().expect("not poisoned");
+            states.push((s.last_applied.map(|l| l.index), s.state.tree.root_hash()));
+        }
+        if states.windows(2).any(|w| w[0] != w[1]) {
+            return Err(format!("group {} replicas differ: {states:?}", d.id));
+        }
+    }
+    Ok(())
+}
+
+/// Waits (virtual time) until [`converged`] holds, or says why it did not within `limit`.
+pub(crate) async fn converge(net: &SimNet, limit: Duration) -> Result<(), String> {
+    let start = tokio::time::Instant::now();
+    loop {
+        match converged(net) {
+            Ok(()) => return Ok(()),
+            Err(e) if start.elapsed() > limit => {
+                return Err(format!("no convergence after {limit:?}: {e}"))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}

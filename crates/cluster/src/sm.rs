@@ -5,8 +5,11 @@
 //! split child's base file, or an empty range) and then from the durable log, which openraft
 //! re-applies; so the Raft log is the only write-ahead log and a write costs one fsync. A
 //! snapshot file is written, synced and renamed before openraft may purge the log it covers.
-//! A split's child group gets its base file (synced) inside the apply of the split entry,
-//! before the entry counts as applied, so no restart can lose a child that was created.
+//! A new group (bootstrap, or a split's child) starts from a snapshot at log id `(0, 0)`
+//! holding its initial state and membership, over a log purged up to that id: openraft
+//! sees it initialized, and a replica that lacks the group gets that state as a snapshot.
+//! A split's child files are written (synced) inside the apply of the split entry, before
+//! the entry counts as applied, so no restart can lose a child that was created.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,8 +24,8 @@ use crate::types::{typ, GroupId, RangeDesc, Response, SnapshotData, TypeConfig};
 
 /// File of the latest snapshot in a group's directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.json";
-/// File of a split child's initial state.
-pub const BASE_FILE: &str = "base.json";
+/// File of a group's Raft log.
+pub const LOG_FILE: &str = "raft.log";
 
 /// What is shared between openraft's state machine task and the node's readers.
 pub struct Shared {
@@ -86,8 +89,6 @@ impl GroupSm {
             shared.state = RangeState::import(&f.data).map_err(std::io::Error::other)?;
             shared.last_applied = f.meta.last_log_id;
             shared.membership = f.meta.last_membership;
-        } else if let Some(base) = read_json::<SnapshotData>(&dir.join(BASE_FILE))? {
-            shared.state = RangeState::import(&base).map_err(std::io::Error::other)?;
         }
         let shared = Arc::new(Mutex::new(shared));
         Ok(GroupSm { shared, dir, node_dir: node_dir.to_path_buf(), children })
@@ -98,16 +99,35 @@ impl GroupSm {
         self.shared.lock().expect("not poisoned").state.desc.clone()
     }
 
-    /// Creates a split child's base file unless the child already exists on this node.
+    /// Creates a split child's files unless the child already exists on this node.
     fn create_child(&self, child: &SplitChild) -> Result<(), typ::StorageError> {
-        let dir = group_dir(&self.node_dir, child.desc.id);
-        if dir.join(BASE_FILE).exists() || dir.join(SNAPSHOT_FILE).exists() {
-            return Ok(());
-        }
-        std::fs::create_dir_all(&dir).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        let bytes = serde_json::to_vec(&child.data).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        write_atomic(&dir.join(BASE_FILE), &bytes).map_err(|e| sm_err(ErrorVerb::Write, e))
+        seed_group(&self.node_dir, &child.data).map_err(|e| sm_err(ErrorVerb::Write, e))
     }
+}
+
+/// Writes the files of a new group whose initial state is `data` (its descriptor names the
+/// group and its replicas): a log purged up to `(0, 0)`, then a snapshot at `(0, 0)`. The
+/// snapshot file marks the group as existing, so an existing group is left alone.
+pub fn seed_group(node_dir: &Path, data: &SnapshotData) -> std::io::Result<()> {
+    let desc = data
+        .desc
+        .as_ref()
+        .ok_or_else(|| std::io::Error::other("initial state without descriptor"))?;
+    let dir = group_dir(node_dir, desc.id);
+    if dir.join(SNAPSHOT_FILE).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir)?;
+    let origin = typ::LogId::default();
+    crate::log_store::seed(&dir.join(LOG_FILE), origin)?;
+    let membership = openraft::Membership::new(vec![desc.replicas.clone()], None);
+    let meta = typ::SnapshotMeta {
+        last_log_id: Some(origin),
+        last_membership: typ::StoredMembership::new(Some(origin), membership),
+        snapshot_id: format!("group-{}-origin", desc.id),
+    };
+    let file = SnapshotFile { meta, data: data.clone() };
+    write_atomic(&dir.join(SNAPSHOT_FILE), &serde_json::to_vec(&file)?)
 }
 
 /// Reads a JSON file if it exists; a file that does not decode is an error, not absence.

@@ -20,6 +20,8 @@ fn options(seed: u64, dir: &std::path::Path, crashes: bool) -> SimOptions {
         dir: dir.to_path_buf(),
         no_cache: false,
         inject_stale_reads: false,
+        lagging_node: false,
+        snapshot_every: 500,
     }
 }
 
@@ -88,4 +90,16 @@ fn injected_stale_reads_are_caught() {
         caught += usize::from(!v.violations.is_empty());
     }
     assert!(caught > 0, "stale reads went unnoticed on every seed");
+}
+
+#[test]
+fn a_node_cut_off_during_splits_catches_up_by_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(21, dir.path(), false);
+    o.lagging_node = true;
+    o.snapshot_every = 40;
+    let r = run(o);
+    eprintln!("lagging: ranges {} stats {:?}", r.ranges.len(), r.stats);
+    assert_sound(&r, "lagging node");
+    assert!(r.ranges.len() >= 3, "too few splits to test: {:?}", r.ranges);
 }
