@@ -4,7 +4,8 @@
 //! then, under [`Durability::Fsync`], one `fsync` before openraft is told it is flushed, so an
 //! acknowledged entry survives a crash. Votes are fsynced before `save_vote` returns. The
 //! committed index is written without a sync (openraft allows it to lag). Truncations and
-//! purges are records too; reopening replays the file and stops at the first torn or
+//! purges are records too; after a failed write or sync the log refuses further writes
+//! (what reached the disk is unknown) until reopened; reopening replays the file and stops at the first torn or
 //! corrupt record (a crash mid-write), cutting the file there.
 //!
 //! Frame: `len: u32 LE | crc32(payload): u32 LE | payload` where the payload is the JSON of a
@@ -57,6 +58,8 @@ struct Inner {
     durability: Option<Durability>,
     /// Records written since the file was last rewritten compactly.
     records: u64,
+    /// A write or sync failed: what reached the disk is unknown, so refuse further writes.
+    poisoned: bool,
 }
 
 /// One group's durable log; cheap to clone (shared inner).
@@ -95,7 +98,7 @@ pub fn seed(path: &Path, upto: typ::LogId) -> std::io::Result<()> {
     let mut inner =
         Inner { path: path.to_path_buf(), durability: Some(Durability::Fsync), ..Inner::default() };
     inner.file = Some(File::create(path)?);
-    inner.write(Record::Purge(upto), true).map_err(|e| std::io::Error::other(e.to_string()))
+    inner.write(Record::Purge(upto), true)
 }
 
 /// Applies every intact record of `bytes` to `inner`; returns the length of the intact prefix.
@@ -140,29 +143,38 @@ impl Inner {
     }
 
     /// Frames and writes `record`, syncing if asked and the store is durable, then applies it.
-    fn write(&mut self, record: Record, sync: bool) -> Result<(), typ::StorageError> {
-        let payload = serde_json::to_vec(&record).map_err(|e| io_err(ErrorVerb::Write, e))?;
+    fn write(&mut self, record: Record, sync: bool) -> std::io::Result<()> {
+        if self.poisoned {
+            return Err(std::io::Error::other("an earlier write to this log failed; reopen it"));
+        }
+        let res = self.write_unpoisoned(record, sync);
+        self.poisoned = res.is_err();
+        res
+    }
+
+    fn write_unpoisoned(&mut self, record: Record, sync: bool) -> std::io::Result<()> {
+        let payload = serde_json::to_vec(&record)?;
         let mut frame = Vec::with_capacity(payload.len() + 8);
         frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         frame.extend_from_slice(&payload);
         let durable = self.durability == Some(Durability::Fsync);
         let file = self.file.as_mut().expect("open log has a file");
-        file.write_all(&frame).map_err(|e| io_err(ErrorVerb::Write, e))?;
+        file.write_all(&frame)?;
         if sync && durable {
-            file.sync_data().map_err(|e| io_err(ErrorVerb::Write, e))?;
+            file.sync_data()?;
         }
         self.apply(record);
         Ok(())
     }
 
     /// Rewrites the file as its current state (after purges), atomically by rename.
-    fn compact(&mut self) -> Result<(), typ::StorageError> {
+    fn compact(&mut self) -> std::io::Result<()> {
         let tmp = self.path.with_extension("tmp");
         let mut fresh = Inner {
             path: self.path.clone(),
             durability: self.durability,
-            file: Some(File::create(&tmp).map_err(|e| io_err(ErrorVerb::Write, e))?),
+            file: Some(File::create(&tmp)?),
             ..Inner::default()
         };
         if let Some(id) = self.last_purged {
@@ -175,12 +187,9 @@ impl Inner {
         let entries: Vec<_> = self.log.values().cloned().collect();
         fresh.write(Record::Entries(entries), false)?;
         let file = fresh.file.take().expect("just created");
-        file.sync_all().map_err(|e| io_err(ErrorVerb::Write, e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| io_err(ErrorVerb::Write, e))?;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| io_err(ErrorVerb::Write, e))?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &self.path)?;
+        let file = OpenOptions::new().append(true).open(&self.path)?;
         self.file = Some(file);
         self.records = fresh.records;
         Ok(())
@@ -214,7 +223,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &typ::Vote) -> Result<(), typ::StorageError> {
-        self.inner.lock().await.write(Record::Vote(*vote), true)
+        self.inner
+            .lock()
+            .await
+            .write(Record::Vote(*vote), true)
+            .map_err(|e| io_err(ErrorVerb::Write, e))
     }
 
     async fn read_vote(&mut self) -> Result<Option<typ::Vote>, typ::StorageError> {
@@ -222,7 +235,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, c: Option<typ::LogId>) -> Result<(), typ::StorageError> {
-        self.inner.lock().await.write(Record::Committed(c), false)
+        self.inner
+            .lock()
+            .await
+            .write(Record::Committed(c), false)
+            .map_err(|e| io_err(ErrorVerb::Write, e))
     }
 
     async fn read_committed(&mut self) -> Result<Option<typ::LogId>, typ::StorageError> {
@@ -239,21 +256,28 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let entries: Vec<_> = entries.into_iter().collect();
         let res = self.inner.lock().await.write(Record::Entries(entries), true);
-        callback.log_io_completed(
-            res.as_ref().map(|_| ()).map_err(|e| std::io::Error::other(e.to_string())),
-        );
-        res
+        let echo =
+            res.as_ref().map(|_| ()).map_err(|e| std::io::Error::new(e.kind(), e.to_string()));
+        callback.log_io_completed(echo);
+        res.map_err(|e| io_err(ErrorVerb::Write, e))
     }
 
     async fn truncate(&mut self, log_id: typ::LogId) -> Result<(), typ::StorageError> {
-        self.inner.lock().await.write(Record::Truncate(log_id.index), true)
+        self.inner
+            .lock()
+            .await
+            .write(Record::Truncate(log_id.index), true)
+            .map_err(|e| io_err(ErrorVerb::Write, e))
     }
 
     async fn purge(&mut self, log_id: typ::LogId) -> Result<(), typ::StorageError> {
         let mut inner = self.inner.lock().await;
-        inner.write(Record::Purge(log_id), true)?;
+        inner.write(Record::Purge(log_id), true).map_err(|e| io_err(ErrorVerb::Write, e))?;
         if inner.records > 1024 {
-            inner.compact()?;
+            if let Err(e) = inner.compact() {
+                inner.poisoned = true;
+                return Err(io_err(ErrorVerb::Write, e));
+            }
         }
         Ok(())
     }

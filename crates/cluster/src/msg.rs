@@ -21,7 +21,15 @@ use crate::types::{typ, BatchOp, Epoch, GroupId, NodeId, RangeDesc, SnapshotData
 pub enum RaftRpc {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
-    Snapshot { vote: typ::Vote, meta: typ::SnapshotMeta, data: SnapshotData },
+    Snapshot(Box<SnapshotRpc>),
+}
+
+/// A whole snapshot sent to a replica (boxed: it is the largest message).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapshotRpc {
+    pub vote: typ::Vote,
+    pub meta: typ::SnapshotMeta,
+    pub data: SnapshotData,
 }
 
 /// The answer to a [`RaftRpc`].
@@ -89,7 +97,7 @@ pub enum ClientReply {
 /// Anything one node can send another.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Message {
-    Raft { group: GroupId, from: NodeId, rpc: RaftRpc },
+    Raft { group: GroupId, from: NodeId, rpc: Box<RaftRpc> },
     Client(ClientRequest),
 }
 

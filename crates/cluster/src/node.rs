@@ -17,7 +17,8 @@ use tokio::task::JoinHandle;
 use crate::consensus::{Consensus, OpenraftGroup, ProposeError};
 use crate::log_store::{Durability, LogStore};
 use crate::msg::{
-    ClientOp, ClientReply, ClientRequest, Message, RaftReply, RaftRpc, Reply, Transport,
+    ClientOp, ClientReply, ClientRequest, Message, RaftReply, RaftRpc, Reply, SnapshotRpc,
+    Transport,
 };
 use crate::raftnet::GroupNet;
 use crate::range::RangeState;
@@ -190,7 +191,7 @@ impl Node {
     /// Serves one message from the transport.
     pub async fn handle(&self, msg: Message) -> Reply {
         match msg {
-            Message::Raft { group, rpc, .. } => Reply::Raft(self.handle_raft(group, rpc).await),
+            Message::Raft { group, rpc, .. } => Reply::Raft(self.handle_raft(group, *rpc).await),
             Message::Client(req) => Reply::Client(self.handle_client(req).await),
         }
     }
@@ -217,7 +218,8 @@ impl Node {
             RaftRpc::Vote(r) => {
                 group.raft.vote(r).await.map_or_else(|e| refused(&e), RaftReply::Vote)
             }
-            RaftRpc::Snapshot { vote, meta, data } => {
+            RaftRpc::Snapshot(s) => {
+                let SnapshotRpc { vote, meta, data } = *s;
                 let snap = typ::Snapshot { meta, snapshot: Box::new(data) };
                 group
                     .raft

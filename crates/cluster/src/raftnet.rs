@@ -15,7 +15,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, OptionalSend, RaftNetwork, RaftNetworkFactory};
 
-use crate::msg::{Message, NetError, RaftReply, RaftRpc, Reply, Transport};
+use crate::msg::{Message, NetError, RaftReply, RaftRpc, Reply, SnapshotRpc, Transport};
 use crate::types::{typ, GroupId, NodeId, TypeConfig};
 
 /// Builds connections for one group on one node.
@@ -54,7 +54,7 @@ impl Conn {
         &self,
         rpc: RaftRpc,
     ) -> Result<RaftReply, RPCError<NodeId, BasicNode, typ::RaftError>> {
-        let msg = Message::Raft { group: self.net.group, from: self.net.node, rpc };
+        let msg = Message::Raft { group: self.net.group, from: self.net.node, rpc: Box::new(rpc) };
         match self.net.transport.send(self.net.node, self.target, msg).await {
             Ok(Reply::Raft(RaftReply::Refused(why))) => {
                 Err(RPCError::Unreachable(Unreachable::new(&Why(why))))
@@ -104,7 +104,11 @@ impl RaftNetwork<TypeConfig> for Conn {
         _option: RPCOption,
     ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, openraft::error::Fatal<NodeId>>>
     {
-        let rpc = RaftRpc::Snapshot { vote, meta: snapshot.meta, data: *snapshot.snapshot };
+        let rpc = RaftRpc::Snapshot(Box::new(SnapshotRpc {
+            vote,
+            meta: snapshot.meta,
+            data: *snapshot.snapshot,
+        }));
         match self.call(rpc).await {
             Ok(RaftReply::Snapshot(r)) => Ok(r),
             Ok(_) => Err(StreamingError::Network(NetworkError::new(&Why(

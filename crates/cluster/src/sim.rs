@@ -26,7 +26,7 @@ use crate::client::{Client, ClientError, ClientOptions, ClientStats};
 use crate::history::{HexBytes, Kind, Op};
 use crate::log_store::Durability;
 use crate::node::{raft_config, Node, NodeOptions};
-use crate::simcheck::{chaos, check, check_loop, converge, newest_descs};
+use crate::simcheck::{chaos, check, check_loop, converge, newest_descs, tiling};
 use crate::simnet::{Faults, SimNet};
 use crate::types::{NodeId, RangeDesc};
 
@@ -135,6 +135,8 @@ async fn simulate(opts: SimOptions) -> SimReport {
     let mut r = std::mem::take(&mut *report.lock().expect("not poisoned"));
     r.violations.extend(check(&net, &mut HashMap::new()).await);
     r.violations.extend(converged.err());
+    let (overlaps, gaps) = tiling(&newest_descs(&net).into_values().collect::<Vec<_>>());
+    r.violations.extend(overlaps.into_iter().chain(gaps).map(|v| format!("after healing: {v}")));
     r.ranges = newest_descs(&net).into_values().collect();
     r.ranges.sort_by(|a, b| a.start.cmp(&b.start));
     r.history = std::mem::take(&mut *history.lock().expect("not poisoned"));

@@ -21,9 +21,12 @@ pub fn newest_descs(net: &SimNet) -> BTreeMap<GroupId, RangeDesc> {
             if d.id == DIRECTORY_GROUP {
                 continue;
             }
-            let newer = newest.get(&d.id).map_or(true, |h| {
-                (d.epoch.version, d.epoch.conf_ver) > (h.epoch.version, h.epoch.conf_ver)
-            });
+            let newer = match newest.get(&d.id) {
+                None => true,
+                Some(h) => {
+                    (d.epoch.version, d.epoch.conf_ver) > (h.epoch.version, h.epoch.conf_ver)
+                }
+            };
             if newer {
                 newest.insert(d.id, d);
             }
@@ -32,28 +35,36 @@ pub fn newest_descs(net: &SimNet) -> BTreeMap<GroupId, RangeDesc> {
     newest
 }
 
-/// One round of checks; `gaps` carries the gaps seen in the previous round.
-pub async fn check(net: &SimNet, gaps: &mut HashMap<String, u32>) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut descs: Vec<RangeDesc> = newest_descs(net).into_values().collect();
+/// Where the newest descriptors fail to tile the key space: `(overlaps, gaps)`.
+pub fn tiling(descs: &[RangeDesc]) -> (Vec<String>, Vec<String>) {
+    let mut descs = descs.to_vec();
     descs.sort_by(|a, b| a.start.cmp(&b.start));
-    let mut seen = Vec::new();
+    let (mut overlaps, mut gaps) = (Vec::new(), Vec::new());
     let mut expect: Vec<u8> = Vec::new();
     for (i, d) in descs.iter().enumerate() {
         if i > 0 && (d.start < expect || descs[i - 1].end.is_empty()) {
-            out.push(format!(
-                "overlap: group {} starts at {} before the previous range ends",
+            overlaps.push(format!(
+                "group {} starts at {} before the previous range ends",
                 d.id,
                 hex::encode(&d.start)
             ));
         } else if d.start != expect {
-            seen.push(format!("gap [{}, {})", hex::encode(&expect), hex::encode(&d.start)));
+            gaps.push(format!("gap [{}, {})", hex::encode(&expect), hex::encode(&d.start)));
         }
         expect.clone_from(&d.end);
     }
-    if descs.last().is_some_and(|d| !d.end.is_empty()) {
-        seen.push(format!("gap from {} to the end", hex::encode(&expect)));
+    if descs.is_empty() {
+        gaps.push("no range at all".into());
+    } else if !expect.is_empty() {
+        gaps.push(format!("gap from {} to the end", hex::encode(&expect)));
     }
+    (overlaps, gaps)
+}
+
+/// One round of checks; `gaps` counts, per gap, the consecutive rounds it was seen in.
+pub async fn check(net: &SimNet, gaps: &mut HashMap<String, u32>) -> Vec<String> {
+    let descs: Vec<RangeDesc> = newest_descs(net).into_values().collect();
+    let (mut out, seen) = tiling(&descs);
     let mut next = HashMap::new();
     for g in seen {
         let n = gaps.get(&g).copied().unwrap_or(0) + 1;

@@ -100,8 +100,8 @@ impl GroupSm {
     }
 
     /// Creates a split child's files unless the child already exists on this node.
-    fn create_child(&self, child: &SplitChild) -> Result<(), typ::StorageError> {
-        seed_group(&self.node_dir, &child.data).map_err(|e| sm_err(ErrorVerb::Write, e))
+    fn create_child(&self, child: &SplitChild) -> std::io::Result<()> {
+        seed_group(&self.node_dir, &child.data)
     }
 }
 
@@ -188,7 +188,7 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
                     let (resp, child) = s.state.apply(&cmd);
                     drop(s);
                     if let Some(child) = child {
-                        self.create_child(&child)?;
+                        self.create_child(&child).map_err(|e| sm_err(ErrorVerb::Write, e))?;
                         let _ = self.children.send(child.desc.id);
                     }
                     resp
