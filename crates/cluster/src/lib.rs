@@ -18,6 +18,7 @@ pub mod raftnet;
 pub mod range;
 pub mod sim;
 pub mod simcheck;
+pub mod simcluster;
 pub mod simnet;
 pub mod sm;
 pub mod split;

@@ -25,8 +25,9 @@ use tokio::time::Instant;
 use crate::client::{Client, ClientError, ClientOptions, ClientStats};
 use crate::history::{HexBytes, Kind, Op};
 use crate::log_store::Durability;
-use crate::node::{raft_config, Node, NodeOptions};
+use crate::node::{raft_config, NodeOptions};
 use crate::simcheck::{chaos, check, check_loop, converge, newest_descs, tiling};
+use crate::simcluster::SimCluster;
 use crate::simnet::{Faults, SimNet};
 use crate::types::{NodeId, RangeDesc};
 
@@ -69,12 +70,16 @@ pub struct SimReport {
 
 /// Runs one simulation to completion in its own virtual-time runtime.
 pub fn run(opts: SimOptions) -> SimReport {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    runtime().block_on(simulate(opts))
+}
+
+/// A single-threaded runtime with paused (virtual) time.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
-        .expect("a current-thread runtime builds");
-    rt.block_on(simulate(opts))
+        .expect("a current-thread runtime builds")
 }
 
 pub(crate) fn node_options(opts: &SimOptions, id: NodeId) -> NodeOptions {
@@ -90,13 +95,8 @@ pub(crate) fn node_options(opts: &SimOptions, id: NodeId) -> NodeOptions {
 }
 
 async fn simulate(opts: SimOptions) -> SimReport {
-    let net = SimNet::new(opts.seed, opts.faults.clone());
-    let members = (1..=opts.nodes).collect();
-    for id in 1..=opts.nodes {
-        let node = Node::open(id, node_options(&opts, id), net.clone()).await.expect("node opens");
-        node.bootstrap(&members).await.expect("bootstrap");
-        net.attach(node);
-    }
+    let cluster = SimCluster::start(opts.clone()).await.expect("the cluster starts");
+    let net = cluster.net.clone();
     let start = Instant::now();
     let history = Arc::new(Mutex::new(Vec::new()));
     let report = Arc::new(Mutex::new(SimReport::default()));
@@ -143,9 +143,7 @@ async fn simulate(opts: SimOptions) -> SimReport {
     r.unknown = r.history.iter().filter(|o| o.ret.is_none()).count() as u64;
     r.stats = stats;
     r.messages = net.messages.load(std::sync::atomic::Ordering::Relaxed);
-    for n in net.live() {
-        n.shutdown().await;
-    }
+    cluster.shutdown().await;
     r
 }
 

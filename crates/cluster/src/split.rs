@@ -12,10 +12,10 @@
 
 use std::sync::Arc;
 
-use crate::consensus::Consensus;
+use crate::consensus::{Consensus, OpenraftGroup};
 use crate::msg::{ClientOp, ClientReply, ClientRequest, Message, Reply};
 use crate::node::Node;
-use crate::types::{Command, Epoch, NodeId, Response, DIRECTORY_GROUP};
+use crate::types::{Command, Epoch, GroupId, NodeId, RangeDesc, Response, DIRECTORY_GROUP};
 
 impl Node {
     /// One round of leader duties; `report` also sends every led range's descriptor.
@@ -29,26 +29,47 @@ impl Node {
             if len > split_keys {
                 self.split(&group).await;
             } else if report {
-                self.directory_call(ClientOp::Report(vec![desc])).await;
+                self.report(vec![desc]).await;
             }
         }
     }
 
-    async fn split(&self, group: &crate::consensus::OpenraftGroup) {
-        let (key, epoch) = {
-            let s = group.sm.shared.lock().expect("not poisoned");
-            (s.state.split_key(), s.state.desc.epoch)
-        };
-        let Some(key) = key else { return };
-        let Some(ClientReply::GroupId(new_id)) = self.directory_call(ClientOp::AllocGroupId).await
-        else {
+    async fn split(&self, group: &OpenraftGroup) {
+        let Some(key) = group.sm.shared.lock().expect("not poisoned").state.split_key() else {
             return;
         };
-        if let Ok(Response::Split { left, right }) =
-            group.propose(Command::Split { epoch, key, new_id }).await
-        {
-            self.directory_call(ClientOp::Report(vec![left, right])).await;
+        let Some(new_id) = self.alloc_group_id().await else { return };
+        if let Some((left, right)) = self.propose_split(group, key, new_id).await {
+            self.report(vec![left, right]).await;
         }
+    }
+
+    /// Step 2 of a split: a fresh group id from the directory.
+    pub async fn alloc_group_id(&self) -> Option<GroupId> {
+        match self.directory_call(ClientOp::AllocGroupId).await {
+            Some(ClientReply::GroupId(id)) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Step 3 of a split: one `Split` command in the range's log, at the epoch held now.
+    /// Returns both halves once applied here.
+    pub async fn propose_split(
+        &self,
+        group: &OpenraftGroup,
+        key: Vec<u8>,
+        new_id: GroupId,
+    ) -> Option<(RangeDesc, RangeDesc)> {
+        let epoch = group.sm.desc().epoch;
+        match group.propose(Command::Split { epoch, key, new_id }).await {
+            Ok(Response::Split { left, right }) => Some((left, right)),
+            _ => None,
+        }
+    }
+
+    /// Step 4 of a split (and the heartbeat): tell the directory of these descriptors.
+    pub async fn report(&self, descs: Vec<RangeDesc>) -> bool {
+        matches!(self.directory_call(ClientOp::Report(descs)).await, Some(ClientReply::Done))
     }
 
     /// Sends a directory operation to the directory's leader (this node's replica first,
