@@ -237,6 +237,26 @@ impl Client {
         }
     }
 
+    /// The directory's descriptors (from the first node that answers).
+    pub async fn ranges(&mut self) -> Option<Vec<RangeDesc>> {
+        for _ in 0..self.nodes.len() {
+            self.turn += 1;
+            let node = self.nodes[self.turn % self.nodes.len()];
+            let req = ClientRequest {
+                group: DIRECTORY_GROUP,
+                epoch: Epoch::default(),
+                op: ClientOp::Ranges,
+            };
+            let sent = self.transport.send(self.id, node, Message::Client(req));
+            if let Ok(Ok(Reply::Client(ClientReply::Ranges(r)))) =
+                tokio::time::timeout(self.opts.timeout, sent).await
+            {
+                return Some(r);
+            }
+        }
+        None
+    }
+
     /// The cached descriptors, ordered by start key.
     pub fn cached(&self) -> Vec<RangeDesc> {
         self.cache.values().cloned().collect()

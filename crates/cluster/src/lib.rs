@@ -22,4 +22,5 @@ pub mod simcluster;
 pub mod simnet;
 pub mod sm;
 pub mod split;
+pub mod tcp;
 pub mod types;

@@ -55,6 +55,8 @@ pub enum ClientOp {
     AllocGroupId,
     /// Directory: record descriptors.
     Report(Vec<RangeDesc>),
+    /// Directory: every descriptor held, ordered by start key.
+    Ranges,
 }
 
 impl ClientOp {
@@ -88,6 +90,7 @@ pub enum ClientReply {
     NoGroup,
     Desc(Option<RangeDesc>),
     GroupId(GroupId),
+    Ranges(Vec<RangeDesc>),
     /// The request may or may not have taken effect.
     Unknown(String),
     /// Refused for good (bad input).

@@ -281,6 +281,9 @@ async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {
         ClientOp::Lookup(key) => {
             ClientReply::Desc(group.sm.shared.lock().expect("not poisoned").state.lookup(&key))
         }
+        ClientOp::Ranges => {
+            ClientReply::Ranges(group.sm.shared.lock().expect("not poisoned").state.descriptors())
+        }
         ClientOp::AllocGroupId => answer(group.propose(Command::AllocGroupId).await),
         ClientOp::Report(descs) => answer(group.propose(Command::Report { descs }).await),
         _ => ClientReply::Refused("data operation sent to the directory".into()),
