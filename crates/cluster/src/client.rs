@@ -52,6 +52,17 @@ pub enum ClientError {
     Refused(String),
     #[error("a batch spans more than one range; cross-range batches are not supported")]
     CrossRange,
+    #[error("the proof does not verify: {0}")]
+    BadProof(String),
+}
+
+/// A read verified by a proof against a range's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvenRead {
+    pub root: [u8; 32],
+    /// The range group's applied log index the root belongs to.
+    pub index: u64,
+    pub value: Option<Vec<u8>>,
 }
 
 /// Counters of the routing work.
@@ -116,10 +127,64 @@ impl Client {
         self.execute(ClientOp::Batch(ops)).await.map(drop)
     }
 
+    /// Entries with `start <= key < end` (empty `end`: to the end of the key space), in key
+    /// order, across as many ranges as needed, at most `limit`. Each range's part is
+    /// linearizable on its own; the scan as a whole is not a snapshot across ranges.
+    pub async fn scan(
+        &mut self,
+        start: &[u8],
+        end: &[u8],
+        limit: u32,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ClientError> {
+        let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut cursor = start.to_vec();
+        while (out.len() as u32) < limit && (end.is_empty() || cursor.as_slice() < end) {
+            let want = limit - out.len() as u32;
+            let op = ClientOp::Scan { start: cursor.clone(), end: end.to_vec(), limit: want };
+            let ClientReply::Entries { entries, range_end, more } = self.execute(op).await? else {
+                return Err(ClientError::Refused("unexpected answer to a scan".into()));
+            };
+            let last = entries.last().map(|(k, _)| k.clone());
+            out.extend(entries);
+            cursor = match (more, last) {
+                // Resume just after the last key returned (its successor in byte order).
+                (true, Some(mut k)) => {
+                    k.push(0);
+                    k
+                }
+                _ if range_end.is_empty() => break,
+                _ => range_end,
+            };
+        }
+        Ok(out)
+    }
+
+    /// The value of `key` (or its absence) with a proof, verified here against the root
+    /// the range's leader reported at its read index. The caller decides whether it trusts
+    /// that root (for example by comparing it across replicas at the same index).
+    pub async fn prove(&mut self, key: &[u8]) -> Result<ProvenRead, ClientError> {
+        let reply = self.execute(ClientOp::Prove(key.to_vec())).await?;
+        let ClientReply::Proof { root, index, value, proof } = reply else {
+            return Err(ClientError::Refused("unexpected answer to a proof request".into()));
+        };
+        let root: [u8; 32] = root
+            .as_slice()
+            .try_into()
+            .map_err(|_| ClientError::BadProof("root is not 32 bytes".into()))?;
+        let checked = match &value {
+            Some(v) => {
+                bavl_core::verify_membership::<bavl_core::Sha256>(&root, key, v, &proof).map(drop)
+            }
+            None => bavl_core::verify_absence::<bavl_core::Sha256>(&root, key, &proof).map(drop),
+        };
+        checked.map_err(|e| ClientError::BadProof(e.to_string()))?;
+        Ok(ProvenRead { root, index, value })
+    }
+
     async fn execute(&mut self, op: ClientOp) -> Result<ClientReply, ClientError> {
         self.stats.ops += 1;
         let key = op.key().ok_or_else(|| ClientError::Refused("no key".into()))?.to_vec();
-        let write = !matches!(op, ClientOp::Get(_));
+        let write = matches!(op, ClientOp::Put(..) | ClientOp::Delete(_) | ClientOp::Batch(_));
         for attempt in 0..self.opts.max_attempts {
             if attempt > 0 {
                 self.stats.retries += 1;
@@ -155,7 +220,10 @@ impl Client {
                 }
             };
             match reply {
-                r @ (ClientReply::Value(_) | ClientReply::Done) => return Ok(r),
+                r @ (ClientReply::Value(_)
+                | ClientReply::Done
+                | ClientReply::Entries { .. }
+                | ClientReply::Proof { .. }) => return Ok(r),
                 ClientReply::Stale(current) => self.on_stale(&desc, current),
                 ClientReply::NotLeader(hint) => {
                     self.stats.not_leader += 1;

@@ -16,6 +16,7 @@ pub mod msg;
 pub mod node;
 pub mod raftnet;
 pub mod range;
+pub mod read;
 pub mod sim;
 pub mod simcheck;
 pub mod simcluster;

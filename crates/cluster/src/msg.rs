@@ -49,6 +49,17 @@ pub enum ClientOp {
     Put(#[serde(with = "hex::serde")] Vec<u8>, #[serde(with = "hex::serde")] Vec<u8>),
     Delete(#[serde(with = "hex::serde")] Vec<u8>),
     Batch(Vec<BatchOp>),
+    /// Entries with `start <= key < end` (empty `end`: unbounded) within the range that
+    /// holds `start`, at most `limit`.
+    Scan {
+        #[serde(with = "hex::serde")]
+        start: Vec<u8>,
+        #[serde(with = "hex::serde")]
+        end: Vec<u8>,
+        limit: u32,
+    },
+    /// A membership or absence proof of the key against the range's root.
+    Prove(#[serde(with = "hex::serde")] Vec<u8>),
     /// Directory: the descriptor of the range holding this key.
     Lookup(#[serde(with = "hex::serde")] Vec<u8>),
     /// Directory: a fresh group id.
@@ -63,7 +74,10 @@ impl ClientOp {
     /// The key the request is routed by, for data operations.
     pub fn key(&self) -> Option<&[u8]> {
         match self {
-            ClientOp::Get(k) | ClientOp::Put(k, _) | ClientOp::Delete(k) => Some(k),
+            ClientOp::Get(k) | ClientOp::Put(k, _) | ClientOp::Delete(k) | ClientOp::Prove(k) => {
+                Some(k)
+            }
+            ClientOp::Scan { start, .. } => Some(start),
             ClientOp::Batch(ops) => ops.first().map(|o| o.key()),
             _ => None,
         }
@@ -91,6 +105,21 @@ pub enum ClientReply {
     Desc(Option<RangeDesc>),
     GroupId(GroupId),
     Ranges(Vec<RangeDesc>),
+    /// A scan's entries; `range_end` is the end of the range that served it (empty:
+    /// unbounded); `more` says the limit cut the scan short.
+    Entries {
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        range_end: Vec<u8>,
+        more: bool,
+    },
+    /// A proof for a key against the range's root at applied index `index`; `value` is the
+    /// key's value (`None`: an absence proof).
+    Proof {
+        root: Vec<u8>,
+        index: u64,
+        value: Option<Vec<u8>>,
+        proof: Vec<u8>,
+    },
     /// The request may or may not have taken effect.
     Unknown(String),
     /// Refused for good (bad input).

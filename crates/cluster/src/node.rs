@@ -248,8 +248,14 @@ impl Node {
             return ClientReply::Stale(desc);
         }
         let cmd = match req.op {
-            ClientOp::Get(key) => {
-                return read(&group, &key, req.epoch.version, self.opts.unsafe_local_reads).await
+            op @ (ClientOp::Get(_) | ClientOp::Scan { .. } | ClientOp::Prove(_)) => {
+                return crate::read::read(
+                    &group,
+                    op,
+                    req.epoch.version,
+                    self.opts.unsafe_local_reads,
+                )
+                .await
             }
             ClientOp::Put(key, value) => Command::Put { epoch: req.epoch, key, value },
             ClientOp::Delete(key) => Command::Delete { epoch: req.epoch, key },
@@ -258,21 +264,6 @@ impl Node {
         };
         answer(group.propose(cmd).await)
     }
-}
-
-async fn read(group: &OpenraftGroup, key: &[u8], version: u64, unsafe_local: bool) -> ClientReply {
-    let barrier = if unsafe_local { Ok(()) } else { group.read_barrier().await };
-    if let Err(e) = barrier {
-        return match e {
-            ProposeError::NotLeader(l) => ClientReply::NotLeader(l),
-            ProposeError::Unknown(e) => ClientReply::Unknown(e),
-        };
-    }
-    let s = group.sm.shared.lock().expect("not poisoned");
-    if s.state.desc.epoch.version != version || !s.state.desc.contains(key) {
-        return ClientReply::Stale(s.state.desc.clone());
-    }
-    ClientReply::Value(s.state.tree.get(key).map(<[u8]>::to_vec))
 }
 
 async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {

@@ -57,11 +57,13 @@ enum Cmd {
         #[command(flatten)]
         tuning: Tuning,
     },
-    /// One client operation: `get KEY`, `put KEY VALUE`, `delete KEY` (keys as text).
+    /// One client operation (keys and values as text): `get KEY`, `put KEY VALUE`,
+    /// `delete KEY`, `scan START [END]` (across ranges; END empty = to the end),
+    /// `prove KEY` (a membership or absence proof, verified against the range's root).
     Client {
         #[command(flatten)]
         peers: Peers,
-        /// get | put | delete
+        /// get | put | delete | scan | prove
         op: String,
         key: String,
         value: Option<String>,
@@ -214,7 +216,26 @@ async fn client_op(peers: &Peers, op: &str, key: &str, value: Option<&str>) -> a
         },
         ("put", Some(v)) => c.put(key.as_bytes(), v.as_bytes()).await?,
         ("delete", None) => c.delete(key.as_bytes()).await?,
-        _ => bail!("expected `get KEY`, `put KEY VALUE` or `delete KEY`"),
+        ("scan", end) => {
+            for (k, v) in c.scan(key.as_bytes(), end.unwrap_or("").as_bytes(), 10_000).await? {
+                println!("{}\t{}", String::from_utf8_lossy(&k), String::from_utf8_lossy(&v));
+            }
+        }
+        ("prove", None) => {
+            let p = c.prove(key.as_bytes()).await?;
+            let what = match &p.value {
+                Some(v) => format!("present, value {}", String::from_utf8_lossy(v)),
+                None => "absent".to_string(),
+            };
+            println!(
+                "{what}; proof verified against root {} at index {}",
+                hex::encode(p.root),
+                p.index
+            );
+        }
+        _ => bail!(
+            "expected `get KEY`, `put KEY VALUE`, `delete KEY`, `scan START [END]` or `prove KEY`"
+        ),
     }
     eprintln!(
         "retries {} stale {} not-leader {}",
