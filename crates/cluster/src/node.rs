@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -68,6 +69,8 @@ pub struct Node {
     /// Told of every group a split creates here.
     children: UnboundedSender<GroupId>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Set by [`Node::shutdown`]: from then on the node serves nothing and starts nothing.
+    stopped: AtomicBool,
 }
 
 impl Node {
@@ -86,6 +89,7 @@ impl Node {
             groups: Mutex::default(),
             children: tx,
             tasks: Mutex::default(),
+            stopped: AtomicBool::new(false),
         });
         let mut ids = Vec::new();
         for entry in std::fs::read_dir(&node.opts.dir)? {
@@ -144,6 +148,9 @@ impl Node {
     /// Starts group `g` from its files (no-op if running). A group without a snapshot file
     /// is started only if `empty` (a replica created by a message, waiting for a snapshot).
     async fn start_group(&self, g: GroupId, empty: bool) -> std::io::Result<()> {
+        if self.is_stopped() {
+            return Err(std::io::Error::other("the node is shut down"));
+        }
         if self.group(g).is_some() {
             return Ok(());
         }
@@ -178,6 +185,7 @@ impl Node {
 
     /// Stops every group and background task (a crash, as far as the others can tell).
     pub async fn shutdown(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
         for t in self.tasks.lock().expect("not poisoned").drain(..) {
             t.abort();
         }
@@ -188,8 +196,21 @@ impl Node {
         }
     }
 
+    /// Whether [`Node::shutdown`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
     /// Serves one message from the transport.
     pub async fn handle(&self, msg: Message) -> Reply {
+        if self.is_stopped() {
+            return match msg {
+                Message::Raft { .. } => {
+                    Reply::Raft(RaftReply::Refused(format!("node {} is shut down", self.id)))
+                }
+                Message::Client(_) => Reply::Client(ClientReply::NoGroup),
+            };
+        }
         match msg {
             Message::Raft { group, rpc, .. } => Reply::Raft(self.handle_raft(group, *rpc).await),
             Message::Client(req) => Reply::Client(self.handle_client(req).await),

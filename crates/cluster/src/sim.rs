@@ -56,6 +56,29 @@ pub struct SimOptions {
     pub inject_stale_reads: bool,
 }
 
+impl SimOptions {
+    /// Three nodes, no clients, no faults, automatic splits above 60 keys, chunk capacity
+    /// 8: a base for tests to change what they need.
+    pub fn new(seed: u64, dir: &std::path::Path) -> Self {
+        SimOptions {
+            seed,
+            nodes: 3,
+            clients: 0,
+            ops: 0,
+            keys: 0,
+            split_keys: 60,
+            capacity: 8,
+            faults: Faults { loss: 0.0, max_delay_ms: 3 },
+            crashes: false,
+            dir: dir.to_path_buf(),
+            no_cache: false,
+            lagging_node: false,
+            snapshot_every: 500,
+            inject_stale_reads: false,
+        }
+    }
+}
+
 /// What a simulation saw.
 #[derive(Debug, Default)]
 pub struct SimReport {

@@ -66,6 +66,9 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) {
         let node = node.clone();
         tokio::spawn(async move {
             while let Ok(Some(frame)) = read_frame(&mut stream).await {
+                if node.is_stopped() {
+                    break;
+                }
                 let Ok(req) = serde_json::from_slice::<Request>(&frame) else { break };
                 let reply = node.handle(req.msg).await;
                 let bytes = serde_json::to_vec(&reply).expect("replies serialize");

@@ -10,20 +10,9 @@ use bavl_cluster::simnet::Faults;
 
 fn options(dir: &std::path::Path) -> SimOptions {
     SimOptions {
-        seed: 3,
-        nodes: 3,
-        clients: 0,
-        ops: 0,
-        keys: 0,
         split_keys: 40,
-        capacity: 8,
         faults: Faults { loss: 0.01, max_delay_ms: 3 },
-        crashes: false,
-        dir: dir.to_path_buf(),
-        no_cache: false,
-        inject_stale_reads: false,
-        lagging_node: false,
-        snapshot_every: 500,
+        ..SimOptions::new(3, dir)
     }
 }
 

@@ -8,20 +8,12 @@ use bavl_cluster::simnet::Faults;
 
 fn options(seed: u64, dir: &std::path::Path, crashes: bool) -> SimOptions {
     SimOptions {
-        seed,
-        nodes: 3,
         clients: 4,
         ops: 150,
         keys: 300,
-        split_keys: 60,
-        capacity: 8,
         faults: Faults { loss: if crashes { 0.02 } else { 0.0 }, max_delay_ms: 5 },
         crashes,
-        dir: dir.to_path_buf(),
-        no_cache: false,
-        inject_stale_reads: false,
-        lagging_node: false,
-        snapshot_every: 500,
+        ..SimOptions::new(seed, dir)
     }
 }
 

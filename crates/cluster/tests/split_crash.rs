@@ -7,7 +7,6 @@ use std::time::Duration;
 use bavl_cluster::client::ClientOptions;
 use bavl_cluster::sim::{runtime, SimOptions};
 use bavl_cluster::simcluster::SimCluster;
-use bavl_cluster::simnet::Faults;
 use bavl_cluster::types::NodeId;
 
 #[derive(Clone, Copy, Debug)]
@@ -21,23 +20,8 @@ enum Kill {
 }
 
 fn options(dir: &std::path::Path) -> SimOptions {
-    SimOptions {
-        seed: 5,
-        nodes: 3,
-        clients: 0,
-        ops: 0,
-        keys: 0,
-        // No automatic split: the test drives each step.
-        split_keys: u64::MAX,
-        capacity: 8,
-        faults: Faults { loss: 0.0, max_delay_ms: 3 },
-        crashes: false,
-        dir: dir.to_path_buf(),
-        no_cache: false,
-        inject_stale_reads: false,
-        lagging_node: false,
-        snapshot_every: 500,
-    }
+    // No automatic split: the test drives each step.
+    SimOptions { split_keys: u64::MAX, ..SimOptions::new(5, dir) }
 }
 
 async fn scenario(kill: Kill) {
