@@ -7,9 +7,11 @@ use bavl_cluster::sim::{run, SimOptions, SimReport};
 use bavl_cluster::simnet::Faults;
 
 fn options(seed: u64, dir: &std::path::Path, crashes: bool) -> SimOptions {
+    // BAVL_CLUSTER_OPS=n: operations per client (a longer run; the default is a smoke run).
+    let ops = std::env::var("BAVL_CLUSTER_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
     SimOptions {
         clients: 4,
-        ops: 150,
+        ops,
         keys: 300,
         faults: Faults { loss: if crashes { 0.02 } else { 0.0 }, max_delay_ms: 5 },
         crashes,
@@ -47,7 +49,12 @@ fn quiet_network_splits_and_stays_consistent() {
 
 #[test]
 fn faults_crashes_and_partitions_keep_the_invariants() {
-    for seed in [7, 8, 9] {
+    // BAVL_CLUSTER_SEEDS=first..last runs a longer sweep (the default is a smoke run).
+    let seeds = std::env::var("BAVL_CLUSTER_SEEDS").ok().and_then(|s| {
+        let (a, b) = s.split_once("..")?;
+        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
+    });
+    for seed in seeds.unwrap_or(7..10) {
         let dir = tempfile::tempdir().unwrap();
         let r = run(options(seed, dir.path(), true));
         eprintln!(
