@@ -85,6 +85,9 @@ enum Cmd {
         /// Keys to write.
         #[arg(long, default_value_t = 3000)]
         keys: u32,
+        /// Run the nodes without fsync (to measure what the fsyncs cost).
+        #[arg(long)]
+        no_fsync: bool,
     },
 }
 
@@ -105,6 +108,10 @@ pub struct Tuning {
     /// Chunk capacity of the ranges' trees (4..=bavl's maximum).
     #[arg(long, default_value_t = 64)]
     capacity: u32,
+    /// Do not fsync the Raft logs (measurement only: an acknowledged write can be lost
+    /// when the machine, not just the process, goes down).
+    #[arg(long)]
+    no_fsync: bool,
 }
 
 impl Peers {
@@ -146,7 +153,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             client_op(&peers, &op, &key, value.as_deref()).await
         }
         Cmd::Status { peers } => status(&peers).await,
-        Cmd::Demo { dir, nodes, base_port, keys } => demo::run(&dir, nodes, base_port, keys).await,
+        Cmd::Demo { dir, nodes, base_port, keys, no_fsync } => {
+            demo::run(&dir, nodes, base_port, keys, no_fsync).await
+        }
     }
 }
 
@@ -175,7 +184,7 @@ async fn run_node(
     let transport = TcpTransport::new(peers.clone(), Duration::from_secs(3));
     let opts = NodeOptions {
         dir,
-        durability: Durability::Fsync,
+        durability: if t.no_fsync { Durability::NoSync } else { Durability::Fsync },
         raft: raft_config(100, 600, 2000),
         split_keys: t.split_keys,
         capacity: t.capacity,

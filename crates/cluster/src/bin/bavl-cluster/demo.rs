@@ -82,13 +82,23 @@ impl Drop for LocalCluster {
 /// unacknowledged one may or may not have happened).
 type Model = HashMap<Vec<u8>, (Vec<u8>, bool)>;
 
-pub async fn run(dir: &Path, nodes: u64, base_port: u16, keys: u32) -> anyhow::Result<()> {
+pub async fn run(
+    dir: &Path,
+    nodes: u64,
+    base_port: u16,
+    keys: u32,
+    no_fsync: bool,
+) -> anyhow::Result<()> {
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         bail!("{} is not empty: give the demo a fresh directory", dir.display());
     }
     let split_keys = u64::from(keys / 6).max(50);
     let tuning =
         vec!["--split-keys".into(), split_keys.to_string(), "--capacity".into(), "16".into()];
+    let mut tuning = tuning;
+    if no_fsync {
+        tuning.push("--no-fsync".into());
+    }
     let mut cluster = LocalCluster::start(dir, nodes, base_port, &tuning)?;
     println!("started {nodes} node processes: {} (logs in {})", cluster.peers, dir.display());
     let peers = crate::cli::Peers::parse(&crate::cli::Peers::from_list(&cluster.peers))?;
