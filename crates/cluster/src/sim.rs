@@ -124,7 +124,7 @@ async fn simulate(opts: SimOptions) -> SimReport {
     let history = Arc::new(Mutex::new(Vec::new()));
     let report = Arc::new(Mutex::new(SimReport::default()));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let checker = tokio::spawn(check_loop(net.clone(), report.clone(), done.clone()));
+    let checker = tokio::spawn(check_loop(net.clone(), report.clone()));
     let chaos = opts
         .crashes
         .then(|| tokio::spawn(chaos(net.clone(), opts.clone(), report.clone(), done.clone())));

@@ -101,11 +101,8 @@ fn check_roots(net: &SimNet) -> Vec<String> {
     out
 }
 
-pub(crate) async fn check_loop(
-    net: Arc<SimNet>,
-    report: Arc<Mutex<SimReport>>,
-    _done: Arc<AtomicBool>,
-) {
+/// Checks every 100 ms of virtual time until aborted.
+pub(crate) async fn check_loop(net: Arc<SimNet>, report: Arc<Mutex<SimReport>>) {
     let mut gaps = HashMap::new();
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;

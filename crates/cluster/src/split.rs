@@ -72,35 +72,43 @@ impl Node {
         matches!(self.directory_call(ClientOp::Report(descs)).await, Some(ClientReply::Done))
     }
 
-    /// Sends a directory operation to the directory's leader (this node's replica first,
-    /// then the others, following hints). `None` if no replica answered for sure.
+    /// Sends a directory operation to the directory's leader (the known leader first, then
+    /// every replica), in up to [`DIRECTORY_ROUNDS`] rounds with a growing pause between
+    /// them (an election may be under way). `None` if no replica answered for sure.
     pub async fn directory_call(&self, op: ClientOp) -> Option<ClientReply> {
-        let members: Vec<NodeId> = match self.group(DIRECTORY_GROUP) {
-            Some(g) => {
-                let hint = g.leader();
-                let mut m: Vec<NodeId> = g.sm.desc().replicas.into_iter().collect();
-                m.sort_by_key(|n| Some(*n) != hint);
-                m
-            }
-            None => return None,
-        };
         let req = ClientRequest { group: DIRECTORY_GROUP, epoch: Epoch::default(), op };
-        for n in members {
-            let reply = if n == self.id {
-                self.handle_client(req.clone()).await
-            } else {
-                match self.transport.send(self.id, n, Message::Client(req.clone())).await {
-                    Ok(Reply::Client(r)) => r,
-                    _ => continue,
+        for round in 0..DIRECTORY_ROUNDS {
+            if round > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(100 * u64::from(round))).await;
+            }
+            let g = self.group(DIRECTORY_GROUP)?;
+            let hint = g.leader();
+            let mut members: Vec<NodeId> = g.sm.desc().replicas.into_iter().collect();
+            members.sort_by_key(|n| Some(*n) != hint);
+            for n in members {
+                if let Some(r) = self.directory_try(n, &req).await {
+                    return Some(r);
                 }
-            };
-            match reply {
-                ClientReply::NotLeader(_) | ClientReply::NoGroup | ClientReply::Unknown(_) => {
-                    continue
-                }
-                r => return Some(r),
             }
         }
         None
     }
+
+    async fn directory_try(&self, n: NodeId, req: &ClientRequest) -> Option<ClientReply> {
+        let reply = if n == self.id {
+            self.handle_client(req.clone()).await
+        } else {
+            match self.transport.send(self.id, n, Message::Client(req.clone())).await {
+                Ok(Reply::Client(r)) => r,
+                _ => return None,
+            }
+        };
+        match reply {
+            ClientReply::NotLeader(_) | ClientReply::NoGroup | ClientReply::Unknown(_) => None,
+            r => Some(r),
+        }
+    }
 }
+
+/// Rounds of [`Node::directory_call`] over the directory's replicas.
+pub const DIRECTORY_ROUNDS: u32 = 8;

@@ -25,8 +25,16 @@ fn scans_cross_ranges_and_proofs_verify() {
         let mut model = BTreeMap::new();
         for i in (0..400u32).step_by(2) {
             let (k, v) = (format!("k{i:04}").into_bytes(), i.to_be_bytes().to_vec());
-            if c.put(&k, &v).await.is_ok() {
-                model.insert(k, v);
+            match c.put(&k, &v).await {
+                Ok(()) => {
+                    model.insert(k, v);
+                }
+                // Outcome unknown: a linearizable read settles it before the scans.
+                Err(_) => {
+                    if let Some(v) = c.get(&k).await.unwrap() {
+                        model.insert(k, v);
+                    }
+                }
             }
         }
         tokio::time::sleep(Duration::from_secs(3)).await;

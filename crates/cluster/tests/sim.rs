@@ -102,3 +102,21 @@ fn a_node_cut_off_during_splits_catches_up_by_snapshots() {
     assert_sound(&r, "lagging node");
     assert!(r.ranges.len() >= 3, "too few splits to test: {:?}", r.ranges);
 }
+
+#[test]
+fn without_a_cache_every_request_asks_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(31, dir.path(), false);
+    o.no_cache = true;
+    let r = run(o);
+    assert_sound(&r, "no cache");
+    assert!(r.stats.directory_lookups >= r.stats.ops, "{:?}", r.stats);
+    let dir = tempfile::tempdir().unwrap();
+    let cached = run(options(31, dir.path(), false));
+    assert!(
+        cached.stats.directory_lookups * 10 < r.stats.directory_lookups,
+        "{:?} vs {:?}",
+        cached.stats,
+        r.stats
+    );
+}
