@@ -305,9 +305,12 @@ impl Client {
         }
     }
 
-    /// The directory's descriptors (from the first node that answers).
+    /// The directory's descriptors, read at the directory's leader.
     pub async fn ranges(&mut self) -> Option<Vec<RangeDesc>> {
-        for _ in 0..self.nodes.len() {
+        for attempt in 0..self.opts.max_attempts * self.nodes.len() as u32 {
+            if attempt > 0 && attempt % self.nodes.len() as u32 == 0 {
+                tokio::time::sleep(self.opts.backoff).await;
+            }
             self.turn += 1;
             let node = self.nodes[self.turn % self.nodes.len()];
             let req = ClientRequest {

@@ -9,7 +9,7 @@
 //! corrupt record (a crash mid-write), cutting the file there.
 //!
 //! Frame: `len: u32 LE | crc32(payload): u32 LE | payload` where the payload is the JSON of a
-//! [`Record`]; a frame longer than [`MAX_RECORD`] is treated as corrupt before allocating.
+//! `Record` (entries, truncate, purge, vote, committed); a frame longer than [`MAX_RECORD`] is treated as corrupt before allocating.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -1,6 +1,6 @@
 //! Messages between nodes and from clients, and the transport that carries them.
 //!
-//! Every Raft message names its group ([`RaftRpc`] in an [`Envelope`]), so one transport
+//! Every Raft message names its group ([`RaftRpc`] in a [`Message::Raft`]), so one transport
 //! serves all groups of a node (multi-raft). Every client request names the group and the
 //! epoch it was routed by. All types are serde, so a byte transport encodes them as JSON;
 //! decoding is serde's, which bounds nothing by itself: a byte transport must cap a frame's

@@ -293,9 +293,14 @@ async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {
         ClientOp::Lookup(key) => {
             ClientReply::Desc(group.sm.shared.lock().expect("not poisoned").state.lookup(&key))
         }
-        ClientOp::Ranges => {
-            ClientReply::Ranges(group.sm.shared.lock().expect("not poisoned").state.descriptors())
-        }
+        // The status view is read at the leader after a read barrier (not stale).
+        ClientOp::Ranges => match group.read_barrier().await {
+            Ok(()) => ClientReply::Ranges(
+                group.sm.shared.lock().expect("not poisoned").state.descriptors(),
+            ),
+            Err(ProposeError::NotLeader(l)) => ClientReply::NotLeader(l),
+            Err(ProposeError::Unknown(e)) => ClientReply::Unknown(e),
+        },
         ClientOp::AllocGroupId => answer(group.propose(Command::AllocGroupId).await),
         ClientOp::Report(descs) => answer(group.propose(Command::Report { descs }).await),
         _ => ClientReply::Refused("data operation sent to the directory".into()),
