@@ -1,0 +1,283 @@
+//! The command line of `bavl-cluster` (binary only; errors are anyhow's).
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bavl_cluster::client::{Client, ClientOptions};
+use bavl_cluster::log_store::Durability;
+use bavl_cluster::node::{raft_config, Node, NodeOptions};
+use bavl_cluster::tcp::{serve, TcpTransport};
+use bavl_cluster::types::NodeId;
+use clap::{Parser, Subcommand};
+
+use crate::demo;
+
+/// Key ranges of bavl trees, each replicated by its own Raft group (openraft), with a
+/// directory group and a routing client. See docs/cluster.md.
+///
+/// Try: `bavl-cluster demo --dir /tmp/bc` (a local 3-node cluster loaded with keys,
+/// splitting, a node killed and restarted, every read checked).
+#[derive(Parser)]
+#[command(version)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one node (a process hosting replicas of many groups) until killed.
+    Node {
+        /// This node's id (one of the ids in --peers).
+        #[arg(long)]
+        id: NodeId,
+        /// Directory for this node's Raft logs and snapshots.
+        #[arg(long)]
+        dir: PathBuf,
+        #[command(flatten)]
+        peers: Peers,
+        /// On an empty directory, create the directory group and the first range on all
+        /// the peers (give it to every node of a new cluster).
+        #[arg(long)]
+        bootstrap: bool,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// Start N node processes on loopback ports base+1..=base+N and wait for Ctrl-C.
+    Local {
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 7400)]
+        base_port: u16,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// One client operation (keys and values as text): `get KEY`, `put KEY VALUE`,
+    /// `delete KEY`, `scan START [END]` (across ranges; END empty = to the end),
+    /// `prove KEY` (a membership or absence proof, verified against the range's root).
+    Client {
+        #[command(flatten)]
+        peers: Peers,
+        /// get | put | delete | scan | prove
+        op: String,
+        key: String,
+        value: Option<String>,
+    },
+    /// The directory's ranges: id, fence keys, epoch, replicas.
+    Status {
+        #[command(flatten)]
+        peers: Peers,
+    },
+    /// A local cluster loaded with keys, splitting, a node killed and restarted, every
+    /// key read back and checked; prints what happened.
+    Demo {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        #[arg(long, default_value_t = 7500)]
+        base_port: u16,
+        /// Keys to write.
+        #[arg(long, default_value_t = 3000)]
+        keys: u32,
+        /// Run the nodes without fsync (to measure what the fsyncs cost).
+        #[arg(long)]
+        no_fsync: bool,
+    },
+}
+
+/// The cluster's nodes.
+#[derive(clap::Args, Clone)]
+pub struct Peers {
+    /// Every node as id=host:port, comma-separated (e.g. 1=127.0.0.1:7401,2=127.0.0.1:7402).
+    #[arg(long, value_delimiter = ',', required = true)]
+    peers: Vec<String>,
+}
+
+/// Node settings.
+#[derive(clap::Args, Clone)]
+pub struct Tuning {
+    /// A range splits once it holds more keys than this.
+    #[arg(long, default_value_t = 1000)]
+    split_keys: u64,
+    /// Chunk capacity of the ranges' trees (4..=bavl's maximum).
+    #[arg(long, default_value_t = 64)]
+    capacity: u32,
+    /// Do not fsync the Raft logs (measurement only: an acknowledged write can be lost
+    /// when the machine, not just the process, goes down).
+    #[arg(long)]
+    no_fsync: bool,
+}
+
+impl Peers {
+    pub fn from_list(list: &str) -> Self {
+        Peers { peers: list.split(',').map(str::to_string).collect() }
+    }
+
+    pub fn parse(&self) -> anyhow::Result<HashMap<NodeId, SocketAddr>> {
+        let mut out = HashMap::new();
+        for p in &self.peers {
+            let (id, addr) =
+                p.split_once('=').with_context(|| format!("peer {p:?} is not id=host:port"))?;
+            let id: NodeId =
+                id.parse().with_context(|| format!("peer id {id:?} is not a number"))?;
+            let addr: SocketAddr =
+                addr.parse().with_context(|| format!("peer address {addr:?} is not host:port"))?;
+            if out.insert(id, addr).is_some() {
+                bail!("peer {id} given twice");
+            }
+        }
+        Ok(out)
+    }
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
+        Cmd::Node { id, dir, peers, bootstrap, tuning } => {
+            run_node(id, dir, &peers, bootstrap, &tuning).await
+        }
+        Cmd::Local { nodes, dir, base_port, tuning } => {
+            let mut cluster =
+                demo::LocalCluster::start(&dir, nodes, base_port, &tuning_args(&tuning))?;
+            println!("peers: {}", cluster.peers);
+            tokio::signal::ctrl_c().await?;
+            cluster.stop();
+            Ok(())
+        }
+        Cmd::Client { peers, op, key, value } => {
+            client_op(&peers, &op, &key, value.as_deref()).await
+        }
+        Cmd::Status { peers } => status(&peers).await,
+        Cmd::Demo { dir, nodes, base_port, keys, no_fsync } => {
+            demo::run(&dir, nodes, base_port, keys, no_fsync).await
+        }
+    }
+}
+
+pub fn tuning_args(t: &Tuning) -> Vec<String> {
+    vec![
+        "--split-keys".into(),
+        t.split_keys.to_string(),
+        "--capacity".into(),
+        t.capacity.to_string(),
+    ]
+}
+
+async fn run_node(
+    id: NodeId,
+    dir: PathBuf,
+    peers: &Peers,
+    bootstrap: bool,
+    t: &Tuning,
+) -> anyhow::Result<()> {
+    let peers = peers.parse()?;
+    let listen = *peers.get(&id).with_context(|| format!("--id {id} is not among --peers"))?;
+    if !(bavl_core::MIN_CAPACITY..=bavl_core::MAX_CAPACITY).contains(&t.capacity) {
+        bail!("--capacity must lie in {}..={}", bavl_core::MIN_CAPACITY, bavl_core::MAX_CAPACITY);
+    }
+    let fresh = !dir.exists() || std::fs::read_dir(&dir)?.next().is_none();
+    let transport = TcpTransport::new(peers.clone(), Duration::from_secs(3));
+    let opts = NodeOptions {
+        dir,
+        durability: if t.no_fsync { Durability::NoSync } else { Durability::Fsync },
+        raft: raft_config(100, 600, 2000),
+        split_keys: t.split_keys,
+        capacity: t.capacity,
+        unsafe_local_reads: false,
+        tick_ms: 500,
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let node = Node::open(id, opts, transport).await.context("cannot open the node's directory")?;
+    if bootstrap && fresh {
+        let members: BTreeSet<NodeId> = peers.keys().copied().collect();
+        node.bootstrap(&members).await.context("bootstrap failed")?;
+    }
+    eprintln!("node {id} serving on {listen}");
+    serve(node, listener).await;
+    Ok(())
+}
+
+pub fn client_for(peers: &HashMap<NodeId, SocketAddr>, id: u64) -> Client {
+    let transport = TcpTransport::new(peers.clone(), Duration::from_secs(3));
+    let mut nodes: Vec<NodeId> = peers.keys().copied().collect();
+    nodes.sort_unstable();
+    let opts = ClientOptions {
+        max_attempts: 60,
+        backoff: Duration::from_millis(50),
+        ..ClientOptions::default()
+    };
+    Client::new(id, nodes, transport, opts)
+}
+
+async fn client_op(peers: &Peers, op: &str, key: &str, value: Option<&str>) -> anyhow::Result<()> {
+    let mut c = client_for(&peers.parse()?, std::process::id() as u64);
+    match (op, value) {
+        ("get", None) => match c.get(key.as_bytes()).await? {
+            Some(v) => println!("{}", String::from_utf8_lossy(&v)),
+            None => println!("(absent)"),
+        },
+        ("put", Some(v)) => c.put(key.as_bytes(), v.as_bytes()).await?,
+        ("delete", None) => c.delete(key.as_bytes()).await?,
+        ("scan", end) => {
+            for (k, v) in c.scan(key.as_bytes(), end.unwrap_or("").as_bytes(), 10_000).await? {
+                println!("{}\t{}", String::from_utf8_lossy(&k), String::from_utf8_lossy(&v));
+            }
+        }
+        ("prove", None) => {
+            let p = c.prove(key.as_bytes()).await?;
+            let what = match &p.value {
+                Some(v) => format!("present, value {}", String::from_utf8_lossy(v)),
+                None => "absent".to_string(),
+            };
+            println!(
+                "{what}; proof verified against root {} at index {}",
+                hex::encode(p.root),
+                p.index
+            );
+        }
+        _ => bail!(
+            "expected `get KEY`, `put KEY VALUE`, `delete KEY`, `scan START [END]` or `prove KEY`"
+        ),
+    }
+    eprintln!(
+        "retries {} stale {} not-leader {}",
+        c.stats.retries, c.stats.stale, c.stats.not_leader
+    );
+    Ok(())
+}
+
+async fn status(peers: &Peers) -> anyhow::Result<()> {
+    let mut c = client_for(&peers.parse()?, std::process::id() as u64);
+    let ranges = c.ranges().await.context("no node answered for the directory")?;
+    print_ranges(&ranges);
+    Ok(())
+}
+
+pub fn print_ranges(ranges: &[bavl_cluster::types::RangeDesc]) {
+    println!("{:>5}  {:>24}  {:>24}  {:>9}  replicas", "group", "start", "end", "epoch");
+    for d in ranges {
+        let show = |k: &[u8]| {
+            if k.is_empty() {
+                "-".to_string()
+            } else {
+                String::from_utf8_lossy(k).into_owned()
+            }
+        };
+        let epoch = format!("{}/{}", d.epoch.conf_ver, d.epoch.version);
+        println!(
+            "{:>5}  {:>24}  {:>24}  {:>9}  {:?}",
+            d.id,
+            show(&d.start),
+            show(&d.end),
+            epoch,
+            d.replicas
+        );
+    }
+}

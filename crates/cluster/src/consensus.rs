@@ -1,0 +1,72 @@
+//! The narrow interface the rest of the crate uses to drive one replicated group, so that
+//! another consensus engine can replace openraft later; and its openraft implementation.
+//!
+//! Guarantees of an implementation: [`Consensus::propose`] returns the state machine's
+//! answer once the command is committed and applied on this replica; an error says whether
+//! the command certainly did not enter the log ([`ProposeError::NotLeader`] before
+//! proposing) or may have ([`ProposeError::Unknown`]). [`Consensus::read_barrier`] returns
+//! once this replica is leader as of some instant after the call and has applied every entry
+//! committed before that instant, so a read of the local state after it is linearizable.
+
+use std::future::Future;
+
+use openraft::error::{CheckIsLeaderError, RaftError};
+
+use crate::sm::GroupSm;
+use crate::types::{typ, Command, NodeId, Response};
+
+/// Why a proposal or a read barrier failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// This replica is not the leader; the command was not proposed. Carries the known leader.
+    #[error("not the leader (leader: {0:?})")]
+    NotLeader(Option<NodeId>),
+    /// The command may or may not have been committed (leadership lost, shutdown, ...).
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+}
+
+/// One replica of one replicated group.
+pub trait Consensus: Clone + Send + Sync + 'static {
+    /// Proposes `cmd` and waits for its answer from the state machine.
+    fn propose(&self, cmd: Command) -> impl Future<Output = Result<Response, ProposeError>> + Send;
+    /// Waits until a local read is linearizable (read-index through a quorum round).
+    fn read_barrier(&self) -> impl Future<Output = Result<(), ProposeError>> + Send;
+    /// The leader this replica knows of.
+    fn leader(&self) -> Option<NodeId>;
+}
+
+/// An openraft replica with its state machine.
+#[derive(Clone)]
+pub struct OpenraftGroup {
+    pub raft: typ::Raft,
+    pub sm: GroupSm,
+    pub node: NodeId,
+}
+
+impl Consensus for OpenraftGroup {
+    async fn propose(&self, cmd: Command) -> Result<Response, ProposeError> {
+        let leader = self.leader();
+        if leader != Some(self.node) {
+            return Err(ProposeError::NotLeader(leader));
+        }
+        match self.raft.client_write(cmd).await {
+            Ok(r) => Ok(r.data),
+            Err(e) => Err(ProposeError::Unknown(e.to_string())),
+        }
+    }
+
+    async fn read_barrier(&self) -> Result<(), ProposeError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(ProposeError::NotLeader(f.leader_id))
+            }
+            Err(e) => Err(ProposeError::Unknown(e.to_string())),
+        }
+    }
+
+    fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+}

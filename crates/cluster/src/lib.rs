@@ -1,0 +1,36 @@
+//! # bavl-cluster
+//!
+//! Scale-out for bavl (DynaTree's design on a real Raft engine): the key space is cut into
+//! ranges `[start, end)`; each range is an openraft group whose state machine is a bavl tree
+//! of that range, so a replica's state moves as bavl chunks verified against the root. A
+//! directory group (DynaTree's oracle) holds the range descriptors; clients cache them and
+//! route by TiKV's region epochs. See `docs/cluster.md`.
+//!
+//! - [`range`]: the deterministic state machine of a range (and of the directory);
+//! - [`sm`], [`log_store`]: openraft's state machine and durable log for one group;
+//! - [`consensus`]: our engine trait and its openraft implementation;
+//! - [`node`], [`split`], [`read`]: a node hosting many groups, its leader duties, its reads;
+//! - [`msg`], [`raftnet`], [`tcp`]: messages, openraft's network over them, TCP;
+//! - [`client`]: the routing-cache client;
+//! - [`sim`], [`simnet`], [`simcheck`], [`simcluster`]: the deterministic simulation;
+//! - [`history`], [`lincheck`]: histories and the linearizability check.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod consensus;
+pub mod history;
+pub mod lincheck;
+pub mod log_store;
+pub mod msg;
+pub mod node;
+pub mod raftnet;
+pub mod range;
+pub mod read;
+pub mod sim;
+pub mod simcheck;
+pub mod simcluster;
+pub mod simnet;
+pub mod sm;
+pub mod split;
+pub mod tcp;
+pub mod types;

@@ -1,0 +1,284 @@
+//! The durable Raft log of one group: an append-only file of framed records.
+//!
+//! Guarantees: every `append` (one batch of entries from openraft) is one record written and
+//! then, under [`Durability::Fsync`], one `fsync` before openraft is told it is flushed, so an
+//! acknowledged entry survives a crash. Votes are fsynced before `save_vote` returns. The
+//! committed index is written without a sync (openraft allows it to lag). Truncations and
+//! purges are records too; after a failed write or sync the log refuses further writes
+//! (what reached the disk is unknown) until reopened; reopening replays the file and stops at the first torn or
+//! corrupt record (a crash mid-write), cutting the file there.
+//!
+//! Frame: `len: u32 LE | crc32(payload): u32 LE | payload` where the payload is the JSON of a
+//! `Record` (entries, truncate, purge, vote, committed); a frame longer than [`MAX_RECORD`] is treated as corrupt before allocating.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{ErrorSubject, ErrorVerb, RaftLogId, RaftLogReader, StorageIOError};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+
+use crate::types::{typ, TypeConfig};
+
+/// Largest record accepted when reading the file back (64 MiB).
+pub const MAX_RECORD: usize = 64 << 20;
+
+/// Whether appends are fsynced. The simulation models process crashes (the OS keeps what
+/// was written), so it may skip syncs; a real node always syncs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    Fsync,
+    NoSync,
+}
+
+#[derive(Serialize, Deserialize)]
+enum Record {
+    Entries(Vec<typ::Entry>),
+    /// Remove entries with index >= this.
+    Truncate(u64),
+    Purge(typ::LogId),
+    Vote(typ::Vote),
+    Committed(Option<typ::LogId>),
+}
+
+#[derive(Default)]
+struct Inner {
+    log: BTreeMap<u64, typ::Entry>,
+    last_purged: Option<typ::LogId>,
+    vote: Option<typ::Vote>,
+    committed: Option<typ::LogId>,
+    file: Option<File>,
+    path: PathBuf,
+    durability: Option<Durability>,
+    /// Records written since the file was last rewritten compactly.
+    records: u64,
+    /// A write or sync failed: what reached the disk is unknown, so refuse further writes.
+    poisoned: bool,
+}
+
+/// One group's durable log; cheap to clone (shared inner).
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn io_err(verb: ErrorVerb, e: impl std::error::Error + 'static) -> typ::StorageError {
+    StorageIOError::new(ErrorSubject::Logs, verb, openraft::AnyError::new(&e)).into()
+}
+
+impl LogStore {
+    /// Opens (or creates) the log file at `path`, replaying what it holds.
+    pub fn open(path: &Path, durability: Durability) -> std::io::Result<Self> {
+        let mut inner =
+            Inner { path: path.to_path_buf(), durability: Some(durability), ..Inner::default() };
+        let mut bytes = Vec::new();
+        if path.exists() {
+            File::open(path)?.read_to_end(&mut bytes)?;
+        }
+        let good = replay(&bytes, &mut inner);
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        if (good as u64) < file.metadata()?.len() {
+            file.set_len(good as u64)?;
+            file.sync_all()?;
+        }
+        inner.file = Some(file);
+        Ok(LogStore { inner: Arc::new(Mutex::new(inner)) })
+    }
+}
+
+/// Writes a new group's log: empty, purged up to `upto` (the group starts from a snapshot
+/// at that log id), synced.
+pub fn seed(path: &Path, upto: typ::LogId) -> std::io::Result<()> {
+    let mut inner =
+        Inner { path: path.to_path_buf(), durability: Some(Durability::Fsync), ..Inner::default() };
+    inner.file = Some(File::create(path)?);
+    inner.write(Record::Purge(upto), true)
+}
+
+/// Applies every intact record of `bytes` to `inner`; returns the length of the intact prefix.
+fn replay(bytes: &[u8], inner: &mut Inner) -> usize {
+    let mut at = 0;
+    while bytes.len() - at >= 8 {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
+        if len > MAX_RECORD || bytes.len() - at - 8 < len {
+            break;
+        }
+        let payload = &bytes[at + 8..at + 8 + len];
+        if crc32fast::hash(payload) != crc {
+            break;
+        }
+        let Ok(record) = serde_json::from_slice::<Record>(payload) else { break };
+        inner.apply(record);
+        at += 8 + len;
+    }
+    at
+}
+
+impl Inner {
+    fn apply(&mut self, record: Record) {
+        self.records += 1;
+        match record {
+            Record::Entries(entries) => {
+                for e in entries {
+                    self.log.insert(e.get_log_id().index, e);
+                }
+            }
+            Record::Truncate(index) => {
+                self.log.split_off(&index);
+            }
+            Record::Purge(id) => {
+                self.last_purged = Some(id);
+                self.log = self.log.split_off(&(id.index + 1));
+            }
+            Record::Vote(v) => self.vote = Some(v),
+            Record::Committed(c) => self.committed = c,
+        }
+    }
+
+    /// Frames and writes `record`, syncing if asked and the store is durable, then applies it.
+    fn write(&mut self, record: Record, sync: bool) -> std::io::Result<()> {
+        if self.poisoned {
+            return Err(std::io::Error::other("an earlier write to this log failed; reopen it"));
+        }
+        let res = self.write_unpoisoned(record, sync);
+        self.poisoned = res.is_err();
+        res
+    }
+
+    fn write_unpoisoned(&mut self, record: Record, sync: bool) -> std::io::Result<()> {
+        let payload = serde_json::to_vec(&record)?;
+        let mut frame = Vec::with_capacity(payload.len() + 8);
+        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        frame.extend_from_slice(&payload);
+        let durable = self.durability == Some(Durability::Fsync);
+        let file = self.file.as_mut().expect("open log has a file");
+        file.write_all(&frame)?;
+        if sync && durable {
+            file.sync_data()?;
+        }
+        self.apply(record);
+        Ok(())
+    }
+
+    /// Rewrites the file as its current state (after purges), atomically by rename.
+    fn compact(&mut self) -> std::io::Result<()> {
+        let tmp = self.path.with_extension("tmp");
+        let mut fresh = Inner {
+            path: self.path.clone(),
+            durability: self.durability,
+            file: Some(File::create(&tmp)?),
+            ..Inner::default()
+        };
+        if let Some(id) = self.last_purged {
+            fresh.write(Record::Purge(id), false)?;
+        }
+        if let Some(v) = self.vote {
+            fresh.write(Record::Vote(v), false)?;
+        }
+        fresh.write(Record::Committed(self.committed), false)?;
+        let entries: Vec<_> = self.log.values().cloned().collect();
+        fresh.write(Record::Entries(entries), false)?;
+        let file = fresh.file.take().expect("just created");
+        file.sync_all()?;
+        std::fs::rename(&tmp, &self.path)?;
+        let file = OpenOptions::new().append(true).open(&self.path)?;
+        self.file = Some(file);
+        self.records = fresh.records;
+        Ok(())
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<typ::Entry>, typ::StorageError> {
+        let inner = self.inner.lock().await;
+        Ok(inner.log.range(range).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, typ::StorageError> {
+        let inner = self.inner.lock().await;
+        let last = inner.log.values().next_back().map(|e| *e.get_log_id());
+        Ok(LogState {
+            last_purged_log_id: inner.last_purged,
+            last_log_id: last.or(inner.last_purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &typ::Vote) -> Result<(), typ::StorageError> {
+        self.inner
+            .lock()
+            .await
+            .write(Record::Vote(*vote), true)
+            .map_err(|e| io_err(ErrorVerb::Write, e))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<typ::Vote>, typ::StorageError> {
+        Ok(self.inner.lock().await.vote)
+    }
+
+    async fn save_committed(&mut self, c: Option<typ::LogId>) -> Result<(), typ::StorageError> {
+        self.inner
+            .lock()
+            .await
+            .write(Record::Committed(c), false)
+            .map_err(|e| io_err(ErrorVerb::Write, e))
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<typ::LogId>, typ::StorageError> {
+        Ok(self.inner.lock().await.committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), typ::StorageError>
+    where
+        I: IntoIterator<Item = typ::Entry>,
+    {
+        let entries: Vec<_> = entries.into_iter().collect();
+        let res = self.inner.lock().await.write(Record::Entries(entries), true);
+        let echo =
+            res.as_ref().map(|_| ()).map_err(|e| std::io::Error::new(e.kind(), e.to_string()));
+        callback.log_io_completed(echo);
+        res.map_err(|e| io_err(ErrorVerb::Write, e))
+    }
+
+    async fn truncate(&mut self, log_id: typ::LogId) -> Result<(), typ::StorageError> {
+        self.inner
+            .lock()
+            .await
+            .write(Record::Truncate(log_id.index), true)
+            .map_err(|e| io_err(ErrorVerb::Write, e))
+    }
+
+    async fn purge(&mut self, log_id: typ::LogId) -> Result<(), typ::StorageError> {
+        let mut inner = self.inner.lock().await;
+        inner.write(Record::Purge(log_id), true).map_err(|e| io_err(ErrorVerb::Write, e))?;
+        if inner.records > 1024 {
+            if let Err(e) = inner.compact() {
+                inner.poisoned = true;
+                return Err(io_err(ErrorVerb::Write, e));
+            }
+        }
+        Ok(())
+    }
+}

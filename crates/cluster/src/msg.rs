@@ -1,0 +1,165 @@
+//! Messages between nodes and from clients, and the transport that carries them.
+//!
+//! Every Raft message names its group ([`RaftRpc`] in a [`Message::Raft`]), so one transport
+//! serves all groups of a node (multi-raft). Every client request names the group and the
+//! epoch it was routed by. All types are serde, so a byte transport encodes them as JSON;
+//! decoding is serde's, which bounds nothing by itself: a byte transport must cap a frame's
+//! length before reading it.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::types::{typ, BatchOp, Epoch, GroupId, NodeId, RangeDesc, SnapshotData, TypeConfig};
+
+/// A Raft message for one group.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum RaftRpc {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(Box<SnapshotRpc>),
+}
+
+/// A whole snapshot sent to a replica (boxed: it is the largest message).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SnapshotRpc {
+    pub vote: typ::Vote,
+    pub meta: typ::SnapshotMeta,
+    pub data: SnapshotData,
+}
+
+/// The answer to a [`RaftRpc`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RaftReply {
+    Append(AppendEntriesResponse<NodeId>),
+    Vote(VoteResponse<NodeId>),
+    Snapshot(SnapshotResponse<NodeId>),
+    /// The target does not host the group, or it refused (the string says why).
+    Refused(String),
+}
+
+/// A client's operation on one range (or on the directory).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientOp {
+    Get(#[serde(with = "hex::serde")] Vec<u8>),
+    Put(#[serde(with = "hex::serde")] Vec<u8>, #[serde(with = "hex::serde")] Vec<u8>),
+    Delete(#[serde(with = "hex::serde")] Vec<u8>),
+    Batch(Vec<BatchOp>),
+    /// Entries with `start <= key < end` (empty `end`: unbounded) within the range that
+    /// holds `start`, at most `limit`.
+    Scan {
+        #[serde(with = "hex::serde")]
+        start: Vec<u8>,
+        #[serde(with = "hex::serde")]
+        end: Vec<u8>,
+        limit: u32,
+    },
+    /// A membership or absence proof of the key against the range's root.
+    Prove(#[serde(with = "hex::serde")] Vec<u8>),
+    /// Directory: the descriptor of the range holding this key.
+    Lookup(#[serde(with = "hex::serde")] Vec<u8>),
+    /// Directory: a fresh group id.
+    AllocGroupId,
+    /// Directory: record descriptors.
+    Report(Vec<RangeDesc>),
+    /// Directory: every descriptor held, ordered by start key.
+    Ranges,
+}
+
+impl ClientOp {
+    /// The key the request is routed by, for data operations.
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            ClientOp::Get(k) | ClientOp::Put(k, _) | ClientOp::Delete(k) | ClientOp::Prove(k) => {
+                Some(k)
+            }
+            ClientOp::Scan { start, .. } => Some(start),
+            ClientOp::Batch(ops) => ops.first().map(|o| o.key()),
+            _ => None,
+        }
+    }
+}
+
+/// A client request: the group and epoch it was routed by, and the operation.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClientRequest {
+    pub group: GroupId,
+    pub epoch: Epoch,
+    pub op: ClientOp,
+}
+
+/// The answer to a [`ClientRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientReply {
+    Value(Option<Vec<u8>>),
+    Done,
+    /// The route was stale; this is the range as the replica holds it now.
+    Stale(RangeDesc),
+    NotLeader(Option<NodeId>),
+    /// This node hosts no replica of the group.
+    NoGroup,
+    Desc(Option<RangeDesc>),
+    GroupId(GroupId),
+    Ranges(Vec<RangeDesc>),
+    /// A scan's entries; `range_end` is the end of the range that served it (empty:
+    /// unbounded); `more` says the limit cut the scan short.
+    Entries {
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+        range_end: Vec<u8>,
+        more: bool,
+    },
+    /// A proof for a key against the range's root at applied index `index`; `value` is the
+    /// key's value (`None`: an absence proof).
+    Proof {
+        root: Vec<u8>,
+        index: u64,
+        value: Option<Vec<u8>>,
+        proof: Vec<u8>,
+    },
+    /// The request may or may not have taken effect.
+    Unknown(String),
+    /// Refused for good (bad input).
+    Refused(String),
+}
+
+/// Anything one node can send another.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Message {
+    Raft { group: GroupId, from: NodeId, rpc: Box<RaftRpc> },
+    Client(ClientRequest),
+}
+
+/// The answer to a [`Message`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Raft(RaftReply),
+    Client(ClientReply),
+}
+
+/// Why a message got no answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NetError {
+    /// Certainly not delivered (no route, node down, partitioned).
+    #[error("node {0} unreachable")]
+    Unreachable(NodeId),
+    /// Sent, but no answer in time: it may have been acted upon.
+    #[error("no answer from node {0} in time")]
+    Timeout(NodeId),
+}
+
+/// A boxed future, for object-safe async transports.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Carries a message to a node and brings back its reply.
+pub trait Transport: Send + Sync + 'static {
+    fn send(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        msg: Message,
+    ) -> BoxFuture<'_, Result<Reply, NetError>>;
+}

@@ -1,0 +1,319 @@
+//! A node: one process hosting replicas of many groups (the directory and ranges) over one
+//! [`Transport`], serving Raft messages and client requests, and driving splits.
+//!
+//! Guarantees: a client request is checked against the replica's fence keys and epoch
+//! before anything else (answering `Stale` with the current descriptor), and writes are
+//! checked again when applied, in log order, so a write routed by an old epoch never lands
+//! in the wrong range. A get is served only after a read barrier (read-index) and a re-check
+//! of the fence keys. On start a node reopens every group whose files it holds.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::task::JoinHandle;
+
+use crate::consensus::{Consensus, OpenraftGroup, ProposeError};
+use crate::log_store::{Durability, LogStore};
+use crate::msg::{
+    ClientOp, ClientReply, ClientRequest, Message, RaftReply, RaftRpc, Reply, SnapshotRpc,
+    Transport,
+};
+use crate::raftnet::GroupNet;
+use crate::range::RangeState;
+use crate::sm::{group_dir, seed_group, GroupSm, LOG_FILE, SNAPSHOT_FILE};
+use crate::types::{typ, Command, GroupId, NodeId, RangeDesc, Response, DIRECTORY_GROUP};
+
+/// How a node runs.
+#[derive(Clone)]
+pub struct NodeOptions {
+    pub dir: PathBuf,
+    pub durability: Durability,
+    pub raft: Arc<openraft::Config>,
+    /// A range leader splits its range once it holds more keys than this.
+    pub split_keys: u64,
+    /// Chunk capacity of the ranges this node bootstraps.
+    pub capacity: u32,
+    /// Fault injection for checking the checkers, never for use: serve gets from the local
+    /// state of any replica, without a read barrier (stale reads).
+    pub unsafe_local_reads: bool,
+    /// Period of the leader duties ([`Node::tick`]), in milliseconds.
+    pub tick_ms: u64,
+}
+
+/// openraft settings for the simulation and tests (milliseconds).
+pub fn raft_config(
+    heartbeat: u64,
+    election_min: u64,
+    snapshot_every: u64,
+) -> Arc<openraft::Config> {
+    let c = openraft::Config {
+        heartbeat_interval: heartbeat,
+        election_timeout_min: election_min,
+        election_timeout_max: election_min * 2,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_every),
+        max_in_snapshot_log_to_keep: snapshot_every / 5,
+        ..Default::default()
+    };
+    Arc::new(c.validate().expect("valid raft config"))
+}
+
+/// One node.
+pub struct Node {
+    pub id: NodeId,
+    opts: NodeOptions,
+    pub(crate) transport: Arc<dyn Transport>,
+    groups: Mutex<HashMap<GroupId, OpenraftGroup>>,
+    /// Told of every group a split creates here.
+    children: UnboundedSender<GroupId>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Set by [`Node::shutdown`]: from then on the node serves nothing and starts nothing.
+    stopped: AtomicBool,
+}
+
+impl Node {
+    /// Opens the node, restarting every group found in its directory.
+    pub async fn open(
+        id: NodeId,
+        opts: NodeOptions,
+        transport: Arc<dyn Transport>,
+    ) -> std::io::Result<Arc<Node>> {
+        std::fs::create_dir_all(&opts.dir)?;
+        let (tx, rx) = unbounded_channel();
+        let node = Arc::new(Node {
+            id,
+            opts,
+            transport,
+            groups: Mutex::default(),
+            children: tx,
+            tasks: Mutex::default(),
+            stopped: AtomicBool::new(false),
+        });
+        let mut ids = Vec::new();
+        for entry in std::fs::read_dir(&node.opts.dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(g) = name.strip_prefix("group-").and_then(|g| g.parse::<GroupId>().ok()) {
+                ids.push(g);
+            }
+        }
+        ids.sort_unstable();
+        for g in ids {
+            node.start_group(g, false).await?;
+        }
+        let n = node.clone();
+        let children = tokio::spawn(async move { n.run_children(rx).await });
+        let n = node.clone();
+        let ticker = tokio::spawn(async move { n.run_ticks().await });
+        node.tasks.lock().expect("not poisoned").extend([children, ticker]);
+        Ok(node)
+    }
+
+    /// Writes the first directory and the first range (the whole key space) on `members`,
+    /// then starts them. Called once, on every node of a new cluster.
+    pub async fn bootstrap(self: &Arc<Self>, members: &BTreeSet<NodeId>) -> std::io::Result<()> {
+        let first = RangeDesc::whole(1, members.clone());
+        let cap = self.opts.capacity;
+        let mut dir = RangeState::new(RangeDesc::whole(DIRECTORY_GROUP, members.clone()), cap)
+            .map_err(std::io::Error::other)?;
+        dir.put_descriptor(&first);
+        dir.next_group_id = 2;
+        let range = RangeState::new(first, cap).map_err(std::io::Error::other)?;
+        for data in [dir.export(), range.export()] {
+            seed_group(&self.opts.dir, &data)?;
+        }
+        for g in [DIRECTORY_GROUP, 1] {
+            self.start_group(g, false).await?;
+        }
+        Ok(())
+    }
+
+    async fn run_children(self: Arc<Self>, mut rx: UnboundedReceiver<GroupId>) {
+        while let Some(g) = rx.recv().await {
+            if let Err(e) = self.start_group(g, false).await {
+                eprintln!("node {}: cannot start group {g}: {e}", self.id);
+            }
+        }
+    }
+
+    async fn run_ticks(self: Arc<Self>) {
+        let period = std::time::Duration::from_millis(self.opts.tick_ms);
+        for round in 0u64.. {
+            tokio::time::sleep(period).await;
+            self.tick(self.opts.split_keys, round % 4 == 3).await;
+        }
+    }
+
+    /// Starts group `g` from its files (no-op if running). A group without a snapshot file
+    /// is started only if `empty` (a replica created by a message, waiting for a snapshot).
+    async fn start_group(&self, g: GroupId, empty: bool) -> std::io::Result<()> {
+        if self.is_stopped() {
+            return Err(std::io::Error::other("the node is shut down"));
+        }
+        if self.group(g).is_some() {
+            return Ok(());
+        }
+        let gdir = group_dir(&self.opts.dir, g);
+        if !empty && !gdir.join(SNAPSHOT_FILE).exists() {
+            return Ok(());
+        }
+        // Placeholder until the snapshot file (or an installed snapshot) replaces it.
+        let desc = RangeDesc::whole(g, BTreeSet::new());
+        let sm = GroupSm::open(&self.opts.dir, desc, self.children.clone())?;
+        let log = LogStore::open(&gdir.join(LOG_FILE), self.opts.durability)?;
+        let net = GroupNet { node: self.id, group: g, transport: self.transport.clone() };
+        let raft = typ::Raft::new(self.id, self.opts.raft.clone(), net, log, sm.clone())
+            .await
+            .map_err(std::io::Error::other)?;
+        let group = OpenraftGroup { raft, sm, node: self.id };
+        self.groups.lock().expect("not poisoned").insert(g, group);
+        Ok(())
+    }
+
+    /// The replica of group `g` on this node.
+    pub fn group(&self, g: GroupId) -> Option<OpenraftGroup> {
+        self.groups.lock().expect("not poisoned").get(&g).cloned()
+    }
+
+    /// Every replica on this node.
+    pub fn groups(&self) -> Vec<OpenraftGroup> {
+        let mut v: Vec<_> = self.groups.lock().expect("not poisoned").values().cloned().collect();
+        v.sort_by_key(|g| g.sm.desc().id);
+        v
+    }
+
+    /// Stops every group and background task (a crash, as far as the others can tell).
+    pub async fn shutdown(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        for t in self.tasks.lock().expect("not poisoned").drain(..) {
+            t.abort();
+        }
+        let groups: Vec<_> =
+            self.groups.lock().expect("not poisoned").drain().map(|(_, g)| g).collect();
+        for g in groups {
+            let _ = g.raft.shutdown().await;
+        }
+    }
+
+    /// Whether [`Node::shutdown`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Serves one message from the transport.
+    pub async fn handle(&self, msg: Message) -> Reply {
+        if self.is_stopped() {
+            return match msg {
+                Message::Raft { .. } => {
+                    Reply::Raft(RaftReply::Refused(format!("node {} is shut down", self.id)))
+                }
+                Message::Client(_) => Reply::Client(ClientReply::NoGroup),
+            };
+        }
+        match msg {
+            Message::Raft { group, rpc, .. } => Reply::Raft(self.handle_raft(group, *rpc).await),
+            Message::Client(req) => Reply::Client(self.handle_client(req).await),
+        }
+    }
+
+    async fn handle_raft(&self, g: GroupId, rpc: RaftRpc) -> RaftReply {
+        if self.group(g).is_none() && g != DIRECTORY_GROUP && !matches!(rpc, RaftRpc::Vote(_)) {
+            // A replica that missed its group's creation (it installed the parent's snapshot
+            // past the split, or was down): start it empty; the leader will send a snapshot.
+            if let Err(e) = self.start_group(g, true).await {
+                return RaftReply::Refused(format!(
+                    "node {} cannot create group {g}: {e}",
+                    self.id
+                ));
+            }
+        }
+        let Some(group) = self.group(g) else {
+            return RaftReply::Refused(format!("node {} hosts no group {g}", self.id));
+        };
+        let refused = |e: &dyn std::fmt::Display| RaftReply::Refused(e.to_string());
+        match rpc {
+            RaftRpc::Append(r) => {
+                group.raft.append_entries(r).await.map_or_else(|e| refused(&e), RaftReply::Append)
+            }
+            RaftRpc::Vote(r) => {
+                group.raft.vote(r).await.map_or_else(|e| refused(&e), RaftReply::Vote)
+            }
+            RaftRpc::Snapshot(s) => {
+                let SnapshotRpc { vote, meta, data } = *s;
+                let snap = typ::Snapshot { meta, snapshot: Box::new(data) };
+                group
+                    .raft
+                    .install_full_snapshot(vote, snap)
+                    .await
+                    .map_or_else(|e| refused(&e), RaftReply::Snapshot)
+            }
+        }
+    }
+
+    /// Serves one client request (see the module doc for the checks).
+    pub async fn handle_client(&self, req: ClientRequest) -> ClientReply {
+        let Some(group) = self.group(req.group) else { return ClientReply::NoGroup };
+        if group.sm.shared.lock().expect("not poisoned").last_applied.is_none() {
+            return ClientReply::NoGroup;
+        }
+        if req.group == DIRECTORY_GROUP {
+            return directory_op(&group, req.op).await;
+        }
+        let desc = group.sm.desc();
+        let fenced = |d: &RangeDesc| match &req.op {
+            ClientOp::Batch(ops) => ops.iter().all(|o| d.contains(o.key())),
+            op => op.key().is_some_and(|k| d.contains(k)),
+        };
+        if req.epoch.version != desc.epoch.version || !fenced(&desc) {
+            return ClientReply::Stale(desc);
+        }
+        let cmd = match req.op {
+            op @ (ClientOp::Get(_) | ClientOp::Scan { .. } | ClientOp::Prove(_)) => {
+                return crate::read::read(
+                    &group,
+                    op,
+                    req.epoch.version,
+                    self.opts.unsafe_local_reads,
+                )
+                .await
+            }
+            ClientOp::Put(key, value) => Command::Put { epoch: req.epoch, key, value },
+            ClientOp::Delete(key) => Command::Delete { epoch: req.epoch, key },
+            ClientOp::Batch(ops) => Command::Batch { epoch: req.epoch, ops },
+            _ => return ClientReply::Refused("directory operation sent to a range".into()),
+        };
+        answer(group.propose(cmd).await)
+    }
+}
+
+async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {
+    match op {
+        // Any replica answers: a stale answer is caught by the range's fence keys.
+        ClientOp::Lookup(key) => {
+            ClientReply::Desc(group.sm.shared.lock().expect("not poisoned").state.lookup(&key))
+        }
+        // The status view is read at the leader after a read barrier (not stale).
+        ClientOp::Ranges => match group.read_barrier().await {
+            Ok(()) => ClientReply::Ranges(
+                group.sm.shared.lock().expect("not poisoned").state.descriptors(),
+            ),
+            Err(ProposeError::NotLeader(l)) => ClientReply::NotLeader(l),
+            Err(ProposeError::Unknown(e)) => ClientReply::Unknown(e),
+        },
+        ClientOp::AllocGroupId => answer(group.propose(Command::AllocGroupId).await),
+        ClientOp::Report(descs) => answer(group.propose(Command::Report { descs }).await),
+        _ => ClientReply::Refused("data operation sent to the directory".into()),
+    }
+}
+
+fn answer(r: Result<Response, ProposeError>) -> ClientReply {
+    match r {
+        Ok(Response::Done) | Ok(Response::Split { .. }) => ClientReply::Done,
+        Ok(Response::Stale(d)) => ClientReply::Stale(d),
+        Ok(Response::Refused(e)) => ClientReply::Refused(e),
+        Ok(Response::GroupId(g)) => ClientReply::GroupId(g),
+        Err(ProposeError::NotLeader(l)) => ClientReply::NotLeader(l),
+        Err(ProposeError::Unknown(e)) => ClientReply::Unknown(e),
+    }
+}

@@ -1,0 +1,179 @@
+//! The simulation's invariant checks and its fault schedule (see [`crate::sim`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::node::Node;
+use crate::sim::{node_options, SimOptions, SimReport};
+use crate::simnet::SimNet;
+use crate::types::{GroupId, RangeDesc, DIRECTORY_GROUP};
+
+/// The newest descriptor of every range group among the live replicas.
+pub fn newest_descs(net: &SimNet) -> BTreeMap<GroupId, RangeDesc> {
+    let mut newest: BTreeMap<GroupId, RangeDesc> = BTreeMap::new();
+    for node in net.live() {
+        for g in node.groups() {
+            let d = g.sm.desc();
+            if d.id == DIRECTORY_GROUP {
+                continue;
+            }
+            let newer = match newest.get(&d.id) {
+                None => true,
+                Some(h) => {
+                    (d.epoch.version, d.epoch.conf_ver) > (h.epoch.version, h.epoch.conf_ver)
+                }
+            };
+            if newer {
+                newest.insert(d.id, d);
+            }
+        }
+    }
+    newest
+}
+
+/// Where the newest descriptors fail to tile the key space: `(overlaps, gaps)`.
+pub fn tiling(descs: &[RangeDesc]) -> (Vec<String>, Vec<String>) {
+    let mut descs = descs.to_vec();
+    descs.sort_by(|a, b| a.start.cmp(&b.start));
+    let (mut overlaps, mut gaps) = (Vec::new(), Vec::new());
+    let mut expect: Vec<u8> = Vec::new();
+    for (i, d) in descs.iter().enumerate() {
+        if i > 0 && (d.start < expect || descs[i - 1].end.is_empty()) {
+            overlaps.push(format!(
+                "group {} starts at {} before the previous range ends",
+                d.id,
+                hex::encode(&d.start)
+            ));
+        } else if d.start != expect {
+            gaps.push(format!("gap [{}, {})", hex::encode(&expect), hex::encode(&d.start)));
+        }
+        expect.clone_from(&d.end);
+    }
+    if descs.is_empty() {
+        gaps.push("no range at all".into());
+    } else if !expect.is_empty() {
+        gaps.push(format!("gap from {} to the end", hex::encode(&expect)));
+    }
+    (overlaps, gaps)
+}
+
+/// One round of checks; `gaps` counts, per gap, the consecutive rounds it was seen in.
+pub async fn check(net: &SimNet, gaps: &mut HashMap<String, u32>) -> Vec<String> {
+    let descs: Vec<RangeDesc> = newest_descs(net).into_values().collect();
+    let (mut out, seen) = tiling(&descs);
+    let mut next = HashMap::new();
+    for g in seen {
+        let n = gaps.get(&g).copied().unwrap_or(0) + 1;
+        if n >= 3 {
+            out.push(format!("{g} persisted over {n} checks"));
+        }
+        next.insert(g, n);
+    }
+    *gaps = next;
+    out.extend(check_roots(net));
+    out
+}
+
+fn check_roots(net: &SimNet) -> Vec<String> {
+    let mut roots: HashMap<(GroupId, u64), ([u8; 32], u64)> = HashMap::new();
+    let mut out = Vec::new();
+    for node in net.live() {
+        for g in node.groups() {
+            let mut s = g.sm.shared.lock().expect("not poisoned");
+            let Some(applied) = s.last_applied else { continue };
+            let root = s.state.tree.root_hash();
+            let id = s.state.desc.id;
+            match roots.get(&(id, applied.index)) {
+                Some((r, other)) if *r != root => out.push(format!(
+                    "group {id} at index {}: node {} and node {other} hold different roots",
+                    applied.index, node.id
+                )),
+                _ => {
+                    roots.insert((id, applied.index), (root, node.id));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Checks every 100 ms of virtual time until aborted.
+pub(crate) async fn check_loop(net: Arc<SimNet>, report: Arc<Mutex<SimReport>>) {
+    let mut gaps = HashMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let v = check(&net, &mut gaps).await;
+        report.lock().expect("not poisoned").violations.extend(v);
+    }
+}
+
+/// Isolates or crashes one node at a time, then heals or restarts it, until `done`.
+pub(crate) async fn chaos(
+    net: Arc<SimNet>,
+    opts: SimOptions,
+    report: Arc<Mutex<SimReport>>,
+    done: Arc<AtomicBool>,
+) {
+    while !done.load(Ordering::SeqCst) {
+        let (pause, victim, crash, down) = net.draw(|r| {
+            (
+                r.gen_range(300..1500),
+                r.gen_range(1..=opts.nodes),
+                r.gen_bool(0.5),
+                r.gen_range(300..2000),
+            )
+        });
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        report.lock().expect("not poisoned").faults_injected += 1;
+        if crash {
+            let Some(node) = net.detach(victim) else { continue };
+            node.shutdown().await;
+            tokio::time::sleep(Duration::from_millis(down)).await;
+            let node = Node::open(victim, node_options(&opts, victim), net.clone())
+                .await
+                .expect("node reopens");
+            net.attach(node);
+        } else {
+            net.isolate(victim, true);
+            tokio::time::sleep(Duration::from_millis(down)).await;
+            net.isolate(victim, false);
+        }
+    }
+}
+
+/// Whether every replica named by the newest descriptors hosts its group at one applied
+/// index with one root.
+fn converged(net: &SimNet) -> Result<(), String> {
+    for d in newest_descs(net).values() {
+        let mut states = Vec::new();
+        for n in &d.replicas {
+            let Some(g) = net.node(*n).and_then(|node| node.group(d.id)) else {
+                return Err(format!("group {} has no replica on node {n}", d.id));
+            };
+            let mut s = g.sm.shared.lock().expect("not poisoned");
+            states.push((s.last_applied.map(|l| l.index), s.state.tree.root_hash()));
+        }
+        if states.windows(2).any(|w| w[0] != w[1]) {
+            return Err(format!("group {} replicas differ: {states:?}", d.id));
+        }
+    }
+    Ok(())
+}
+
+/// Waits (virtual time) until [`converged`] holds, or says why it did not within `limit`.
+pub(crate) async fn converge(net: &SimNet, limit: Duration) -> Result<(), String> {
+    let start = tokio::time::Instant::now();
+    loop {
+        match converged(net) {
+            Ok(()) => return Ok(()),
+            Err(e) if start.elapsed() > limit => {
+                return Err(format!("no convergence after {limit:?}: {e}"))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}

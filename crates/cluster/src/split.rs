@@ -1,0 +1,114 @@
+//! A range leader's duties: splitting its range when it grows past the threshold, and
+//! reporting its descriptor to the directory (TiKV's region heartbeat to PD).
+//!
+//! The split protocol: (1) the leader picks a key at a chunk boundary near the middle of its
+//! tree; (2) it asks the directory for a fresh group id; (3) it proposes one `Split` command
+//! in its own log, carrying the epoch it read — every replica applies it identically: the
+//! range keeps `[start, key)`, the right half becomes the new group on the same replicas,
+//! both at `version + 1`, and each replica creates the child from the half it computed; (4)
+//! it reports both descriptors to the directory in one command. A crash between (3) and (4)
+//! leaves the directory stale, which clients survive (fence keys answer `Stale`) and the
+//! next heartbeat report repairs. An id allocated in (2) but never used is simply skipped.
+
+use std::sync::Arc;
+
+use crate::consensus::{Consensus, OpenraftGroup};
+use crate::msg::{ClientOp, ClientReply, ClientRequest, Message, Reply};
+use crate::node::Node;
+use crate::types::{Command, Epoch, GroupId, NodeId, RangeDesc, Response, DIRECTORY_GROUP};
+
+impl Node {
+    /// One round of leader duties; `report` also sends every led range's descriptor.
+    pub async fn tick(self: &Arc<Self>, split_keys: u64, report: bool) {
+        for group in self.groups() {
+            let desc = group.sm.desc();
+            if desc.id == DIRECTORY_GROUP || group.leader() != Some(self.id) {
+                continue;
+            }
+            let len = group.sm.shared.lock().expect("not poisoned").state.tree.len();
+            if len > split_keys {
+                self.split(&group).await;
+            } else if report {
+                self.report(vec![desc]).await;
+            }
+        }
+    }
+
+    async fn split(&self, group: &OpenraftGroup) {
+        let Some(key) = group.sm.shared.lock().expect("not poisoned").state.split_key() else {
+            return;
+        };
+        let Some(new_id) = self.alloc_group_id().await else { return };
+        if let Some((left, right)) = self.propose_split(group, key, new_id).await {
+            self.report(vec![left, right]).await;
+        }
+    }
+
+    /// Step 2 of a split: a fresh group id from the directory.
+    pub async fn alloc_group_id(&self) -> Option<GroupId> {
+        match self.directory_call(ClientOp::AllocGroupId).await {
+            Some(ClientReply::GroupId(id)) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Step 3 of a split: one `Split` command in the range's log, at the epoch held now.
+    /// Returns both halves once applied here.
+    pub async fn propose_split(
+        &self,
+        group: &OpenraftGroup,
+        key: Vec<u8>,
+        new_id: GroupId,
+    ) -> Option<(RangeDesc, RangeDesc)> {
+        let epoch = group.sm.desc().epoch;
+        match group.propose(Command::Split { epoch, key, new_id }).await {
+            Ok(Response::Split { left, right }) => Some((left, right)),
+            _ => None,
+        }
+    }
+
+    /// Step 4 of a split (and the heartbeat): tell the directory of these descriptors.
+    pub async fn report(&self, descs: Vec<RangeDesc>) -> bool {
+        matches!(self.directory_call(ClientOp::Report(descs)).await, Some(ClientReply::Done))
+    }
+
+    /// Sends a directory operation to the directory's leader (the known leader first, then
+    /// every replica), in up to [`DIRECTORY_ROUNDS`] rounds with a growing pause between
+    /// them (an election may be under way). `None` if no replica answered for sure.
+    pub async fn directory_call(&self, op: ClientOp) -> Option<ClientReply> {
+        let req = ClientRequest { group: DIRECTORY_GROUP, epoch: Epoch::default(), op };
+        for round in 0..DIRECTORY_ROUNDS {
+            if round > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(100 * u64::from(round))).await;
+            }
+            let g = self.group(DIRECTORY_GROUP)?;
+            let hint = g.leader();
+            let mut members: Vec<NodeId> = g.sm.desc().replicas.into_iter().collect();
+            members.sort_by_key(|n| Some(*n) != hint);
+            for n in members {
+                if let Some(r) = self.directory_try(n, &req).await {
+                    return Some(r);
+                }
+            }
+        }
+        None
+    }
+
+    async fn directory_try(&self, n: NodeId, req: &ClientRequest) -> Option<ClientReply> {
+        let reply = if n == self.id {
+            self.handle_client(req.clone()).await
+        } else {
+            match self.transport.send(self.id, n, Message::Client(req.clone())).await {
+                Ok(Reply::Client(r)) => r,
+                _ => return None,
+            }
+        };
+        match reply {
+            ClientReply::NotLeader(_) | ClientReply::NoGroup | ClientReply::Unknown(_) => None,
+            r => Some(r),
+        }
+    }
+}
+
+/// Rounds of [`Node::directory_call`] over the directory's replicas.
+pub const DIRECTORY_ROUNDS: u32 = 8;

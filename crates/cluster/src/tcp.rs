@@ -1,0 +1,133 @@
+//! The real transport: length-prefixed JSON frames over TCP.
+//!
+//! Frame: `len: u32 LE | JSON`, a request being `{"from": node, "msg": Message}` and the
+//! answer a `Reply`. A frame longer than [`MAX_FRAME`] is refused before anything is
+//! allocated and the connection is dropped; a frame that does not decode drops the
+//! connection too. Connections are kept in a small pool per peer and reused.
+//!
+//! Delivery semantics for the callers: a refused connection is `Unreachable` (nothing was
+//! delivered); anything after the request was written (I/O error, no answer within the
+//! timeout) is `Timeout` (it may have been acted upon).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::msg::{BoxFuture, Message, NetError, Reply, Transport};
+use crate::node::Node;
+use crate::types::NodeId;
+
+/// Largest frame accepted (64 MiB: a snapshot of a large range is one frame).
+pub const MAX_FRAME: usize = 64 << 20;
+
+#[derive(Serialize, Deserialize)]
+struct Request {
+    from: NodeId,
+    msg: Message,
+}
+
+/// Reads one frame; `None` at a clean end of stream.
+async fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match s.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "frame of {len} bytes over the {MAX_FRAME} limit"
+        )));
+    }
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf).await?;
+    Ok(Some(buf))
+}
+
+async fn write_frame(s: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(bytes.len()).ok().filter(|l| (*l as usize) <= MAX_FRAME);
+    let len = len.ok_or_else(|| std::io::Error::other("frame too large to send"))?;
+    s.write_all(&len.to_le_bytes()).await?;
+    s.write_all(bytes).await?;
+    s.flush().await
+}
+
+/// Serves `node` on `listener` until the task is dropped.
+pub async fn serve(node: Arc<Node>, listener: TcpListener) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let _ = stream.set_nodelay(true);
+        let node = node.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(frame)) = read_frame(&mut stream).await {
+                if node.is_stopped() {
+                    break;
+                }
+                let Ok(req) = serde_json::from_slice::<Request>(&frame) else { break };
+                let reply = node.handle(req.msg).await;
+                let bytes = serde_json::to_vec(&reply).expect("replies serialize");
+                if write_frame(&mut stream, &bytes).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// A TCP transport to a fixed set of peers.
+pub struct TcpTransport {
+    peers: HashMap<NodeId, SocketAddr>,
+    pool: Mutex<HashMap<NodeId, Vec<TcpStream>>>,
+    timeout: Duration,
+}
+
+impl TcpTransport {
+    pub fn new(peers: HashMap<NodeId, SocketAddr>, timeout: Duration) -> Arc<Self> {
+        Arc::new(TcpTransport { peers, pool: Mutex::default(), timeout })
+    }
+
+    async fn call(&self, from: NodeId, to: NodeId, msg: Message) -> Result<Reply, NetError> {
+        let addr = *self.peers.get(&to).ok_or(NetError::Unreachable(to))?;
+        let pooled = self.pool.lock().expect("not poisoned").get_mut(&to).and_then(Vec::pop);
+        let mut stream = match pooled {
+            Some(s) => s,
+            None => {
+                let s = tokio::time::timeout(self.timeout, TcpStream::connect(addr)).await;
+                let s = s
+                    .map_err(|_| NetError::Unreachable(to))?
+                    .map_err(|_| NetError::Unreachable(to))?;
+                let _ = s.set_nodelay(true);
+                s
+            }
+        };
+        let bytes = serde_json::to_vec(&Request { from, msg }).expect("messages serialize");
+        let exchange = async {
+            write_frame(&mut stream, &bytes).await?;
+            read_frame(&mut stream).await
+        };
+        let frame = match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(Ok(Some(f))) => f,
+            _ => return Err(NetError::Timeout(to)),
+        };
+        let reply = serde_json::from_slice(&frame).map_err(|_| NetError::Timeout(to))?;
+        self.pool.lock().expect("not poisoned").entry(to).or_default().push(stream);
+        Ok(reply)
+    }
+}
+
+impl Transport for TcpTransport {
+    fn send(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        msg: Message,
+    ) -> BoxFuture<'_, Result<Reply, NetError>> {
+        Box::pin(self.call(from, to, msg))
+    }
+}

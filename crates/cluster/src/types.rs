@@ -1,0 +1,181 @@
+//! The vocabulary shared by every replica, the directory and the client: ids, range
+//! descriptors with their epochs, the commands a group's log carries and their answers,
+//! and the openraft type configuration.
+//!
+//! Guarantees: a [`RangeDesc`] covers `[start, end)` where an empty `end` means "to the end
+//! of the key space"; [`Epoch`] follows TiKV's region epoch (`conf_ver` bumped on a
+//! membership change, `version` bumped on a split or merge), so two descriptors of one group
+//! are ordered by their epochs.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// A node (one process hosting replicas of many groups).
+pub type NodeId = u64;
+/// A replicated group (one key range, or the directory).
+pub type GroupId = u64;
+
+/// The directory's own group id; range groups have ids from 1 on.
+pub const DIRECTORY_GROUP: GroupId = 0;
+
+/// TiKV's region epoch.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Epoch {
+    /// Bumped on every membership change.
+    pub conf_ver: u64,
+    /// Bumped on every split or merge.
+    pub version: u64,
+}
+
+impl Epoch {
+    /// True when `self` is at least as new as `other` in both counters and newer in one.
+    pub fn is_newer_than(&self, other: &Epoch) -> bool {
+        self.conf_ver >= other.conf_ver
+            && self.version >= other.version
+            && (self.conf_ver, self.version) != (other.conf_ver, other.version)
+    }
+}
+
+/// A range descriptor: which group owns `[start, end)`, at which epoch, on which nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeDesc {
+    pub id: GroupId,
+    #[serde(with = "hex::serde")]
+    pub start: Vec<u8>,
+    /// Exclusive; empty means unbounded.
+    #[serde(with = "hex::serde")]
+    pub end: Vec<u8>,
+    pub epoch: Epoch,
+    pub replicas: BTreeSet<NodeId>,
+}
+
+impl RangeDesc {
+    /// The descriptor of the whole key space, for a cluster's first range group.
+    pub fn whole(id: GroupId, replicas: BTreeSet<NodeId>) -> Self {
+        RangeDesc { id, start: Vec::new(), end: Vec::new(), epoch: Epoch::default(), replicas }
+    }
+
+    /// Whether `key` lies within `[start, end)` (the fence keys).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && (self.end.is_empty() || key < self.end.as_slice())
+    }
+
+    /// Whether `key` may split this range (strictly inside it, so both halves are non-empty).
+    pub fn can_split_at(&self, key: &[u8]) -> bool {
+        key > self.start.as_slice() && self.contains(key)
+    }
+}
+
+/// One write in a range group's log. Every command names the epoch the proposer routed by;
+/// the state machine refuses it (answering [`Response::Stale`]) when the range has moved on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    Put {
+        epoch: Epoch,
+        #[serde(with = "hex::serde")]
+        key: Vec<u8>,
+        #[serde(with = "hex::serde")]
+        value: Vec<u8>,
+    },
+    Delete {
+        epoch: Epoch,
+        #[serde(with = "hex::serde")]
+        key: Vec<u8>,
+    },
+    /// All-or-nothing: every key must be inside the range.
+    Batch { epoch: Epoch, ops: Vec<BatchOp> },
+    /// Split at `key` (a chunk boundary chosen by the leader); the right half becomes group
+    /// `new_id` on the same replicas. Deterministic: every replica computes the same halves.
+    Split {
+        epoch: Epoch,
+        #[serde(with = "hex::serde")]
+        key: Vec<u8>,
+        new_id: GroupId,
+    },
+    /// Directory only: record these descriptors (both halves of a split, or a leader's
+    /// heartbeat), each only if newer than what is held for its start key.
+    Report { descs: Vec<RangeDesc> },
+    /// Directory only: hand out a fresh group id.
+    AllocGroupId,
+}
+
+/// One operation of an atomic batch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchOp {
+    Put(#[serde(with = "hex::serde")] Vec<u8>, #[serde(with = "hex::serde")] Vec<u8>),
+    Delete(#[serde(with = "hex::serde")] Vec<u8>),
+}
+
+impl BatchOp {
+    pub fn key(&self) -> &[u8] {
+        match self {
+            BatchOp::Put(k, _) | BatchOp::Delete(k) => k,
+        }
+    }
+}
+
+/// The answer of the state machine to one applied entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// Applied (blank and membership entries answer this too).
+    Done,
+    /// Not applied: the proposer's epoch or key is outside this range; here is the range now.
+    Stale(RangeDesc),
+    /// Not applied: the command is malformed for this group (kept in the log, a no-op).
+    Refused(String),
+    /// A split was applied: the two halves.
+    Split { left: RangeDesc, right: RangeDesc },
+    /// A group id handed out by the directory.
+    GroupId(GroupId),
+}
+
+/// What moves as a Raft snapshot: the range descriptor and the bavl tree as its chunks,
+/// each verified against `root` on arrival.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SnapshotData {
+    pub desc: Option<RangeDesc>,
+    #[serde(with = "hex::serde")]
+    pub root: Vec<u8>,
+    pub capacity: u32,
+    /// Exported chunks in index order (`Snapshot::export_chunk`).
+    pub chunks: Vec<ChunkBytes>,
+    /// Directory only: the next group id to hand out.
+    pub next_group_id: u64,
+}
+
+/// One exported chunk, hex in JSON.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ChunkBytes(#[serde(with = "hex::serde")] pub Vec<u8>);
+
+openraft::declare_raft_types!(
+    /// openraft's type configuration for every group (ranges and the directory).
+    pub TypeConfig:
+        D = Command,
+        R = Response,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = SnapshotData,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// Shorthands for openraft's generic types under [`TypeConfig`].
+pub mod typ {
+    use super::{NodeId, TypeConfig};
+    use openraft::BasicNode;
+
+    pub type Raft = openraft::Raft<TypeConfig>;
+    pub type Vote = openraft::Vote<NodeId>;
+    pub type LogId = openraft::LogId<NodeId>;
+    pub type Entry = openraft::Entry<TypeConfig>;
+    pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, BasicNode>;
+    pub type Snapshot = openraft::Snapshot<TypeConfig>;
+    pub type StoredMembership = openraft::StoredMembership<NodeId, BasicNode>;
+    pub type StorageError = openraft::StorageError<NodeId>;
+    pub type RaftError<E = openraft::error::Infallible> = openraft::error::RaftError<NodeId, E>;
+    pub type RPCError<E = openraft::error::Infallible> =
+        openraft::error::RPCError<NodeId, BasicNode, RaftError<E>>;
+}

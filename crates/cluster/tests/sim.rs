@@ -1,0 +1,122 @@
+//! Simulated clusters under faults, with splits: invariants hold and histories pass the
+//! reads-from-writes check (the full linearizability check runs in lab/lincheck).
+
+use bavl_cluster::history::{reads_from_writes, write_jsonl};
+use bavl_cluster::lincheck;
+use bavl_cluster::sim::{run, SimOptions, SimReport};
+use bavl_cluster::simnet::Faults;
+
+fn options(seed: u64, dir: &std::path::Path, crashes: bool) -> SimOptions {
+    // BAVL_CLUSTER_OPS=n: operations per client (a longer run; the default is a smoke run).
+    let ops = std::env::var("BAVL_CLUSTER_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
+    SimOptions {
+        clients: 4,
+        ops,
+        keys: 300,
+        faults: Faults { loss: if crashes { 0.02 } else { 0.0 }, max_delay_ms: 5 },
+        crashes,
+        ..SimOptions::new(seed, dir)
+    }
+}
+
+fn assert_sound(r: &SimReport, label: &str) {
+    assert!(r.violations.is_empty(), "{label}: violations: {:#?}", r.violations);
+    let bad = reads_from_writes(&r.history);
+    assert!(bad.is_empty(), "{label}: reads of values never written: {bad:#?}");
+    let verdict = lincheck::check(&r.history);
+    assert!(
+        verdict.violations.is_empty(),
+        "{label}: not linearizable on keys {:?}",
+        verdict.violations
+    );
+    assert!(verdict.undecided.is_empty(), "{label}: undecided keys {:?}", verdict.undecided);
+    let done = r.history.iter().filter(|o| o.ret.is_some()).count();
+    assert!(done > 100, "{label}: only {done} operations completed");
+}
+
+#[test]
+fn quiet_network_splits_and_stays_consistent() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(options(1, dir.path(), false));
+    eprintln!("ranges {} stats {:?} messages {}", r.ranges.len(), r.stats, r.messages);
+    assert_sound(&r, "quiet");
+    assert!(r.ranges.len() >= 2, "no split happened: {:?}", r.ranges);
+    if let Ok(path) = std::env::var("BAVL_CLUSTER_HISTORY") {
+        let mut f = std::fs::File::create(path).unwrap();
+        write_jsonl(&r.history, &mut f).unwrap();
+    }
+}
+
+#[test]
+fn faults_crashes_and_partitions_keep_the_invariants() {
+    // BAVL_CLUSTER_SEEDS=first..last runs a longer sweep (the default is a smoke run).
+    let seeds = std::env::var("BAVL_CLUSTER_SEEDS").ok().and_then(|s| {
+        let (a, b) = s.split_once("..")?;
+        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
+    });
+    for seed in seeds.unwrap_or(7..10) {
+        let dir = tempfile::tempdir().unwrap();
+        let r = run(options(seed, dir.path(), true));
+        eprintln!(
+            "seed {seed}: ranges {} faults {} unknown {} stats {:?} messages {}",
+            r.ranges.len(),
+            r.faults_injected,
+            r.unknown,
+            r.stats,
+            r.messages
+        );
+        assert_sound(&r, &format!("seed {seed}"));
+        assert!(r.faults_injected > 0, "seed {seed}: no fault injected");
+    }
+}
+
+#[test]
+fn injected_stale_reads_are_caught() {
+    let mut caught = 0;
+    for seed in [11, 12, 13] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = options(seed, dir.path(), false);
+        o.inject_stale_reads = true;
+        o.keys = 20;
+        o.faults.max_delay_ms = 20;
+        let r = run(o);
+        let v = lincheck::check(&r.history);
+        eprintln!(
+            "seed {seed}: {} keys not linearizable of {}",
+            v.violations.len(),
+            v.keys_checked
+        );
+        caught += usize::from(!v.violations.is_empty());
+    }
+    assert!(caught > 0, "stale reads went unnoticed on every seed");
+}
+
+#[test]
+fn a_node_cut_off_during_splits_catches_up_by_snapshots() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(21, dir.path(), false);
+    o.lagging_node = true;
+    o.snapshot_every = 40;
+    let r = run(o);
+    eprintln!("lagging: ranges {} stats {:?}", r.ranges.len(), r.stats);
+    assert_sound(&r, "lagging node");
+    assert!(r.ranges.len() >= 3, "too few splits to test: {:?}", r.ranges);
+}
+
+#[test]
+fn without_a_cache_every_request_asks_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = options(31, dir.path(), false);
+    o.no_cache = true;
+    let r = run(o);
+    assert_sound(&r, "no cache");
+    assert!(r.stats.directory_lookups >= r.stats.ops, "{:?}", r.stats);
+    let dir = tempfile::tempdir().unwrap();
+    let cached = run(options(31, dir.path(), false));
+    assert!(
+        cached.stats.directory_lookups * 10 < r.stats.directory_lookups,
+        "{:?} vs {:?}",
+        cached.stats,
+        r.stats
+    );
+}
