@@ -32,13 +32,16 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod check;
 mod chunk;
 pub mod codec;
 mod error;
 pub mod hash;
 mod node;
+mod page;
 pub mod proof;
 mod restore;
+mod skeleton;
 mod snapshot;
 mod tree;
 
@@ -46,11 +49,13 @@ pub use error::{DecodeError, Error, InputError, ProofError, RestoreError};
 #[cfg(feature = "blake3")]
 pub use hash::Blake3;
 pub use hash::{Digest, Hasher, Key, Sha256, FORMAT_VERSION};
+pub use page::{Body, ChunkRef, PageError, PageRef};
 pub use proof::{
     verify_absence, verify_chunk, verify_chunk_unindexed, verify_membership, verify_range,
     VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange,
 };
 pub use restore::{Progress, Restore};
+pub use skeleton::{SkeletonEntry, SkeletonStats};
 pub use snapshot::{Iter, Snapshot};
 pub use tree::{Tree, TreeStats};
 
