@@ -128,7 +128,9 @@ pub struct ChunkRef<'a> {
     /// The chunk's index.
     pub index: u64,
     /// The height of the inner node whose separator is this chunk's first key (0 for the
-    /// first chunk): with the chunks in order, it rebuilds the tree's shape.
+    /// first chunk): with the chunks in order, it rebuilds the tree's shape. Only a
+    /// whole-version walk ([`Snapshot::for_each_chunk`]) gives it; 0 from
+    /// [`Tree::chunk_ref`].
     pub key_height: u8,
 }
 
@@ -335,6 +337,16 @@ impl<H: Hasher> Tree<H> {
     pub fn page_in(&mut self, i: u64, body: Body) -> Result<(), PageError> {
         let root = self.root.as_mut().ok_or(PageError::NotAbsent { index: i })?;
         root.page_in::<H>(i, body)
+    }
+
+    /// Chunk `i`, resident or absent (for writing its body out before an eviction).
+    pub fn chunk_ref(&self, i: u64) -> Option<ChunkRef<'_>> {
+        let root = self.root.as_ref()?;
+        if i >= root.chunk_count() {
+            return None;
+        }
+        // The key-height is not needed here (only a whole-version walk gives it).
+        Some(ChunkRef { leaf: root.chunk_at(i).0, index: i, key_height: 0 })
     }
 
     /// Whether chunk `i` exists with its body in memory.

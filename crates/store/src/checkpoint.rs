@@ -16,6 +16,7 @@ use crate::backend::{Backend, WriteFile};
 use crate::error::{IoContext, StoreError};
 use crate::meta::{checkpoint_name, TMP_SUFFIX};
 use crate::pace::{Pacer, SLICE_BYTES};
+use crate::paging::PageFile;
 
 const MAGIC: &[u8; 8] = b"BAVLCKP1";
 const END_MAGIC: &[u8; 8] = b"BAVLEND1";
@@ -145,7 +146,20 @@ pub fn write(
     stop: &AtomicBool,
     pacer: Option<&Pacer>,
 ) -> Result<Option<CheckpointReport>, StoreError> {
-    write_with_lead(backend, version, snap, stop, pacer, MAX_LEAD)
+    write_with_lead(backend, version, snap, stop, pacer, MAX_LEAD, None)
+}
+
+/// [`write`] of a paged store's version: its absent chunks are read back from `pages`
+/// (each verified against its page) as they are exported.
+pub(crate) fn write_paged(
+    backend: &dyn Backend,
+    version: u64,
+    snap: Snapshot,
+    stop: &AtomicBool,
+    pacer: Option<&Pacer>,
+    pages: Option<&PageFile>,
+) -> Result<Option<CheckpointReport>, StoreError> {
+    write_with_lead(backend, version, snap, stop, pacer, MAX_LEAD, pages)
 }
 
 fn write_with_lead(
@@ -155,6 +169,7 @@ fn write_with_lead(
     stop: &AtomicBool,
     pacer: Option<&Pacer>,
     lead: u64,
+    pages: Option<&PageFile>,
 ) -> Result<Option<CheckpointReport>, StoreError> {
     let start = Instant::now();
     let name = checkpoint_name(version);
@@ -180,7 +195,19 @@ fn write_with_lead(
         }
         let at = buf.len();
         buf.extend_from_slice(&[0; 4]);
-        assert!(snap.export_chunk_into(i, &mut buf), "index below the chunk count");
+        let loaded;
+        let from = match pages.and_then(|pf| Some((pf, snap.absent_chunk(i)?))) {
+            Some((pf, page)) => {
+                loaded = pf.materialize(&snap, &[page])?;
+                &loaded
+            }
+            None => &snap,
+        };
+        if !from.export_chunk_into(i, &mut buf) {
+            return Err(StoreError::InvalidOption(format!(
+                "chunk {i} of version {version} is not in memory and there is no page file"
+            )));
+        }
         let len = (buf.len() - at - 4) as u32;
         buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
         if buf.len() as u64 >= SLICE_BYTES {

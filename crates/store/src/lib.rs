@@ -56,6 +56,7 @@ pub mod meta;
 mod open;
 mod options;
 pub mod pace;
+mod paging;
 pub mod wal;
 
 use std::collections::BTreeMap;
@@ -77,6 +78,8 @@ use options::Reclaimer;
 pub use options::{CheckpointPolicy, CommitTiming, Options, Reclaim, StoreStats};
 use pace::Activity;
 pub use pace::CheckpointPace;
+pub use paging::PagingStats;
+use paging::{PageFile, Pager};
 
 /// A durable, versioned key-value store. See the crate documentation.
 pub struct Store {
@@ -105,6 +108,8 @@ pub struct Store {
     recovery: Recovery,
     reclaimer: Reclaimer,
     activity: Arc<Activity>,
+    /// The page file and cache budget, when paging is on.
+    pager: Option<Pager>,
 }
 
 impl Store {
@@ -116,6 +121,10 @@ impl Store {
         let backend =
             if opts.read_only { DirBackend::open_read_only(dir) } else { DirBackend::open(dir) };
         let backend = backend.ctx(|| format!("opening the store at {}", dir.display()))?;
+        let mut opts = opts;
+        if opts.cache_bytes.is_some() && opts.page_dir.is_none() {
+            opts.page_dir = Some(dir.to_path_buf());
+        }
         Self::open_backend(Arc::new(backend), opts)
     }
 
@@ -127,6 +136,13 @@ impl Store {
         let o = open::recover(&*backend, &opts, opts.read_only)?;
         let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
         let temporary = o.temporary;
+        let pager = match opts.cache_bytes {
+            None => None,
+            Some(budget) => {
+                let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
+                Some(Pager::new(PageFile::create(&dir)?, budget))
+            }
+        };
         let mut store = Store {
             backend,
             tree: o.tree,
@@ -150,8 +166,13 @@ impl Store {
             reclaimer: Reclaimer::start(opts.reclaim),
             activity: Activity::new(),
             opts,
+            pager,
         };
         store.retain();
+        if let Some(p) = &mut store.pager {
+            store.tree.root_hash();
+            p.evict(&mut store.tree)?;
+        }
         if !store.opts.read_only {
             // What a crash left of a cleanup goes now, while its renamed files still show
             // that it was one (`bavl check` reports such files as damage otherwise): the
@@ -193,7 +214,8 @@ impl Store {
         self.tree.capacity()
     }
 
-    /// Reads the working state (committed versions plus uncommitted changes).
+    /// Reads the working state (committed versions plus uncommitted changes). With
+    /// paging on, `None` also means "not in memory": use [`Store::read`].
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.tree.get(key)
     }
@@ -215,6 +237,10 @@ impl Store {
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         self.writable()?;
         self.record.check_room(key, value.len())?;
+        if let Some(p) = &mut self.pager {
+            let needs = self.tree.absent_for_insert(key);
+            p.load(&mut self.tree, needs)?;
+        }
         let new = self.tree.insert(key, value)?;
         self.record.put(key, value);
         self.activity.touch();
@@ -225,7 +251,11 @@ impl Store {
     pub fn remove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.writable()?;
         self.record.check_room(key, 0)?;
-        let old = self.tree.remove(key);
+        if let Some(p) = &mut self.pager {
+            let needs = self.tree.absent_for_remove(key);
+            p.load(&mut self.tree, needs)?;
+        }
+        let old = self.tree.try_remove(key)?;
         if old.is_some() {
             self.record.delete(key);
         }
@@ -259,6 +289,15 @@ impl Store {
         self.activity.logged(log_bytes);
         self.head = version;
         self.head_root = root;
+        // Evicted before the version is taken, so it shares the pages, not the bodies. A
+        // failure (of the page file) poisons: the version is durable, the memory not bounded.
+        if let Some(p) = &mut self.pager {
+            if let Err(e) = p.evict(&mut self.tree) {
+                self.poisoned = Some(e.to_string());
+                self.versions.insert(version, self.tree.snapshot());
+                return Err(e);
+            }
+        }
         self.versions.insert(version, self.tree.snapshot());
         self.retain();
         self.clean_up()?;
@@ -381,6 +420,7 @@ impl Store {
         s.space_efficiency = tree.space_efficiency();
         s.last_checkpoint = self.last_checkpoint.map(|(v, _)| v);
         s.checkpoint_running = self.job.as_ref().map(|j| j.version);
+        s.paging = self.pager.as_ref().map(|p| p.stats);
         let mut names = self.backend.list().ctx(|| "listing the store".into())?;
         names.sort();
         for name in names {

@@ -1,0 +1,248 @@
+//! The paged store's runtime side (`docs/design.md` §8.5.1): a page file of chunk bodies,
+//! loading what an operation needs before it is applied, and evicting to a budget.
+//!
+//! Guarantees:
+//! - a body read back is decoded defensively and verified against the page's count,
+//!   first key and hash by the core; any difference is [`StoreError::Corrupted`] naming
+//!   the page file and the offset, and the operation changes nothing;
+//! - eviction changes no hash and no version: only where a body lives;
+//! - the page file is scratch space, not part of the durable format: it has no name
+//!   (`O_TMPFILE` on Linux; elsewhere created and unlinked at once), so it vanishes with
+//!   the process, and durability stays with the log and the checkpoints.
+//!
+//! Record: `u32 len | body` at offset `loc - 1` (a location is never 0).
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bavl_core::{Body, InputError, PageRef, Snapshot, Tree};
+
+use crate::error::IoContext;
+use crate::{Store, StoreError};
+
+/// The file of evicted bodies, shared by the writer (which appends) and the checkpoint
+/// thread and readers (which read).
+pub(crate) struct PageFile {
+    file: File,
+    /// Bytes appended so far: no record may claim to reach beyond.
+    end: AtomicU64,
+    dir: String,
+}
+
+/// Counters of the pager, in [`crate::StoreStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PagingStats {
+    /// Bodies read back from the page file.
+    pub loads: u64,
+    /// Chunks evicted from the working tree.
+    pub evictions: u64,
+    /// Bytes appended to the page file.
+    pub spilled_bytes: u64,
+    /// Heap bytes of the working tree's resident bodies after the last eviction pass.
+    pub resident_bytes: u64,
+    /// Heap bytes of the skeleton (inner nodes and pages) at the last eviction pass.
+    pub skeleton_bytes: u64,
+}
+
+impl PageFile {
+    /// A nameless file in `dir`.
+    pub(crate) fn create(dir: &Path) -> Result<Arc<PageFile>, StoreError> {
+        let file =
+            anonymous_file(dir).ctx(|| format!("creating a page file in {}", dir.display()))?;
+        Ok(Arc::new(PageFile { file, end: AtomicU64::new(0), dir: dir.display().to_string() }))
+    }
+
+    fn name(&self) -> String {
+        format!("the page file in {}", self.dir)
+    }
+
+    /// Appends a record; returns its location.
+    fn append(&self, body: &[u8]) -> Result<u64, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let at = self.end.load(Ordering::Acquire);
+        let mut rec = Vec::with_capacity(body.len() + 4);
+        rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        rec.extend_from_slice(body);
+        self.file.write_all_at(&rec, at).ctx(|| format!("writing {}", self.name()))?;
+        self.end.store(at + rec.len() as u64, Ordering::Release);
+        Ok(at + 1)
+    }
+
+    /// Reads and decodes the body of `page` (verified by the core when it is installed).
+    pub(crate) fn read(&self, page: &PageRef) -> Result<Body, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let at = page.loc - 1;
+        let end = self.end.load(Ordering::Acquire);
+        let bad = |what: &str| StoreError::corrupted(&self.name(), at, what);
+        if at.checked_add(4).is_none_or(|e| e > end) {
+            return Err(bad("a location beyond the end of the page file"));
+        }
+        let mut len = [0u8; 4];
+        self.file.read_exact_at(&mut len, at).ctx(|| format!("reading {}", self.name()))?;
+        let len = u32::from_le_bytes(len) as u64;
+        if at + 4 + len > end {
+            return Err(bad("a record running past the end of the page file"));
+        }
+        let mut body = vec![0; len as usize];
+        self.file.read_exact_at(&mut body, at + 4).ctx(|| format!("reading {}", self.name()))?;
+        Body::decode(&body).map_err(|e| bad(&format!("undecodable chunk body: {e}")))
+    }
+
+    /// `snap` with the bodies of `pages` resident, each verified against its page.
+    pub(crate) fn materialize(
+        &self,
+        snap: &Snapshot,
+        pages: &[PageRef],
+    ) -> Result<Snapshot, StoreError> {
+        let mut bodies = Vec::with_capacity(pages.len());
+        for p in pages {
+            bodies.push((p.index, self.read(p)?));
+        }
+        snap.with_bodies(bodies).map_err(|e| StoreError::corrupted(&self.name(), 0, e.to_string()))
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn anonymous_file(dir: &Path) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    Ok(File::from(fd))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn anonymous_file(dir: &Path) -> std::io::Result<File> {
+    let path =
+        dir.join(format!(".bavl-pages-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(file)
+}
+
+/// Loads and evicts the working tree's chunk bodies against a budget.
+pub(crate) struct Pager {
+    pub(crate) file: Arc<PageFile>,
+    budget: u64,
+    /// The clock hand: the next chunk index the eviction sweep looks at.
+    hand: u64,
+    buf: Vec<u8>,
+    pub(crate) stats: PagingStats,
+}
+
+impl Pager {
+    pub(crate) fn new(file: Arc<PageFile>, budget: u64) -> Pager {
+        Pager { file, budget, hand: 0, buf: Vec::new(), stats: PagingStats::default() }
+    }
+
+    /// Makes the chunks of `needs` resident in `tree`.
+    pub(crate) fn load(&mut self, tree: &mut Tree, needs: Vec<PageRef>) -> Result<(), StoreError> {
+        for p in needs {
+            let body = self.file.read(&p)?;
+            tree.page_in(p.index, body)
+                .map_err(|e| StoreError::corrupted(&self.file.name(), p.loc - 1, e.to_string()))?;
+            self.stats.loads += 1;
+        }
+        Ok(())
+    }
+
+    /// Evicts chunks of the (fully hashed) `tree`, sweeping from the clock hand, until its
+    /// resident bodies fit the budget; a body with no location is appended to the page
+    /// file first. Bodies shared with retained versions are freed when those are pruned.
+    pub(crate) fn evict(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
+        let s = tree.skeleton_stats();
+        let mut resident = s.resident_bytes;
+        let n = tree.chunk_count();
+        let mut scanned = 0;
+        while resident > self.budget && scanned < n {
+            if self.hand >= n {
+                self.hand = 0;
+            }
+            if let Some(c) = tree.chunk_ref(self.hand).filter(|c| c.location().is_none()) {
+                self.buf.clear();
+                if c.encode_body(&mut self.buf) {
+                    let loc = self.file.append(&self.buf)?;
+                    c.set_location(loc);
+                    self.stats.spilled_bytes += self.buf.len() as u64 + 4;
+                }
+            }
+            if let Some(freed) = tree.page_out(self.hand) {
+                resident = resident.saturating_sub(freed as u64 + 16);
+                self.stats.evictions += 1;
+            }
+            self.hand += 1;
+            scanned += 1;
+        }
+        self.stats.resident_bytes = resident;
+        self.stats.skeleton_bytes = s.skeleton_bytes;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Reads the working state, loading the key's chunk first if it is paged out (a body
+    /// that fails its verification is [`StoreError::Corrupted`], never an answer).
+    pub fn read(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
+        let missing = self.tree.try_get(key).err();
+        if let (Some(p), Some(page)) = (&mut self.pager, missing) {
+            p.load(&mut self.tree, vec![page])?;
+        }
+        let not_resident = |p: PageRef| InputError::NotResident { index: p.index };
+        Ok(self.tree.try_get(key).map_err(not_resident)?)
+    }
+
+    /// `snap` (a retained version) with the chunks of `pages` read back from the page
+    /// file and verified: a new snapshot, `snap` itself unchanged. Callers ask a version
+    /// which absent chunks a read, proof or export needs (`Snapshot::try_get`,
+    /// `absent_for_range`, `absent_chunk`) and pass them here.
+    pub fn load_pages(&self, snap: &Snapshot, pages: &[PageRef]) -> Result<Snapshot, StoreError> {
+        match &self.pager {
+            Some(p) => p.file.materialize(snap, pages),
+            None if pages.is_empty() => Ok(snap.clone()),
+            None => Err(StoreError::InvalidOption("paging is off: no chunk is absent".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use super::*;
+
+    #[test]
+    fn a_damaged_page_file_is_corrupted_never_an_answer() {
+        let mut tree = Tree::with_capacity(8).unwrap();
+        for i in 0u32..100 {
+            tree.insert(&i.to_be_bytes(), b"value").unwrap();
+        }
+        tree.root_hash();
+        let mut pager = Pager::new(PageFile::create(&std::env::temp_dir()).unwrap(), 0);
+        pager.evict(&mut tree).unwrap();
+        let key = 0u32.to_be_bytes();
+        let page = tree.try_get(&key).expect_err("evicted");
+        let at = page.loc - 1;
+        let mut record = vec![0; 4];
+        pager.file.file.read_exact_at(&mut record, at).unwrap();
+        let len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
+        record.resize(4 + len, 0);
+        pager.file.file.read_exact_at(&mut record, at).unwrap();
+        for i in 0..record.len() {
+            let mut bad = record.clone();
+            bad[i] ^= 0x01;
+            pager.file.file.write_all_at(&bad, at).unwrap();
+            match pager.load(&mut tree, vec![page.clone()]) {
+                Err(StoreError::Corrupted { offset, .. }) => assert_eq!(offset, at),
+                other => panic!("byte {i} flipped: {other:?}"),
+            }
+            assert!(tree.try_get(&key).is_err(), "nothing became resident");
+        }
+        pager.file.file.write_all_at(&record, at).unwrap();
+        pager.load(&mut tree, vec![page]).unwrap();
+        assert_eq!(tree.get(&key), Some(&b"value"[..]));
+    }
+}
