@@ -49,7 +49,7 @@ pub use error::{DecodeError, Error, InputError, ProofError, RestoreError};
 #[cfg(feature = "blake3")]
 pub use hash::Blake3;
 pub use hash::{Digest, Hasher, Key, Sha256, FORMAT_VERSION};
-pub use page::{Body, ChunkRef, PageError, PageRef};
+pub use page::{Body, ChunkRef, Entry, PageError, PageRef};
 pub use proof::{
     verify_absence, verify_chunk, verify_chunk_unindexed, verify_membership, verify_range,
     VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange,

@@ -25,6 +25,9 @@ use crate::snapshot::{Snapshot, View};
 use crate::tree::Tree;
 use crate::{MAX_KEY_LEN, MAX_VALUE_LEN};
 
+/// A key and its value, borrowed from a resident chunk.
+pub type Entry<'a> = (&'a [u8], &'a [u8]);
+
 /// An absent chunk that an operation needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageRef {
@@ -246,7 +249,7 @@ impl Node {
     }
 }
 
-impl View<'_> {
+impl<'a> View<'a> {
     /// The first absent chunk holding a key with index in `lo..hi`.
     pub(crate) fn absent_between(&self, lo: u64, hi: u64) -> Option<PageRef> {
         let root = self.root?;
@@ -258,6 +261,25 @@ impl View<'_> {
             }
         }
         None
+    }
+
+    /// The first entry with a key within `lo`, or the absent chunk that holds it.
+    pub(crate) fn try_first_from(
+        &self,
+        lo: std::ops::Bound<&[u8]>,
+    ) -> Result<Option<Entry<'a>>, PageRef> {
+        let Some(root) = self.root else { return Ok(None) };
+        let start = self.try_lower_index(lo)?;
+        if start >= root.key_count() {
+            return Ok(None);
+        }
+        match root.locate(start) {
+            (Leaf::Body(c), _, before) => {
+                let i = (start - before) as usize;
+                Ok(Some((c.key(i), c.value(i))))
+            }
+            (Leaf::Absent(p), index, _) => Err(PageRef::new(p, index)),
+        }
     }
 
     /// The absent chunks among `i - 1`, `i + 1`.
@@ -308,6 +330,11 @@ impl<H: Hasher> Tree<H> {
             out.extend(self.view().absent_neighbours(i));
         }
         out
+    }
+
+    /// The first entry with a key within `lo` (a seek), or the absent chunk holding it.
+    pub fn try_first_from(&self, lo: std::ops::Bound<&[u8]>) -> Result<Option<Entry<'_>>, PageRef> {
+        self.view().try_first_from(lo)
     }
 
     /// Whether some chunk may be absent.

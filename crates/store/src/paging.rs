@@ -13,6 +13,7 @@
 //! Record: `u32 len | body` at offset `loc - 1` (a location is never 0).
 
 use std::fs::File;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -193,6 +194,21 @@ impl Store {
         }
         let not_resident = |p: PageRef| InputError::NotResident { index: p.index };
         Ok(self.tree.try_get(key).map_err(not_resident)?)
+    }
+
+    /// The first entry of the working state with a key within `lo` (a seek), loading
+    /// the chunks it needs when paging is on; owned, so callers may go on writing.
+    pub fn seek(&mut self, lo: Bound<&[u8]>) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+        loop {
+            let missing = match self.tree.try_first_from(lo) {
+                Ok(e) => return Ok(e.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                Err(page) => page,
+            };
+            let Some(p) = &mut self.pager else {
+                return Err(InputError::NotResident { index: missing.index }.into());
+            };
+            p.load(&mut self.tree, vec![missing])?;
+        }
     }
 
     /// `snap` (a retained version) with the chunks of `pages` read back from the page

@@ -16,8 +16,38 @@ use common::TempDir;
 const SEED: u64 = 5;
 const POLICY: CheckpointPolicy = CheckpointPolicy::Auto { log_ratio: 0.5, min_log_bytes: 2048 };
 
+thread_local! {
+    /// Whether this test runs the store paged with a budget of 0 (`*_paged` variants).
+    static PAGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn opts() -> Options {
-    Options { capacity: Some(8), keep_recent: 3, checkpoint: POLICY, ..Options::default() }
+    Options {
+        capacity: Some(8),
+        keep_recent: 3,
+        checkpoint: POLICY,
+        cache_bytes: PAGED.get().then_some(0),
+        ..Options::default()
+    }
+}
+
+/// Block `v` as generated on the in-memory reference (a paged working tree cannot serve
+/// the generator's range reads; the blocks are the same).
+fn reference_block(v: u64) -> Vec<Op> {
+    let mut t = Tree::with_capacity(8).unwrap();
+    for u in 1..=v {
+        let ops = block(SEED, u, mix(), |p| next_key(|lo| t.range(lo, Bound::Unbounded), p));
+        if u == v {
+            return ops;
+        }
+        for op in ops {
+            match op {
+                Op::Put(k, val) => drop(t.insert(&k, &val).unwrap()),
+                Op::Delete(k) => drop(t.remove(&k)),
+            }
+        }
+    }
+    Vec::new()
 }
 
 fn mix() -> Mix {
@@ -26,8 +56,11 @@ fn mix() -> Mix {
 
 /// Applies block `v` to the store (stopping at the first error).
 fn apply_store(store: &mut Store, v: u64) -> Result<(), StoreError> {
-    let ops =
-        block(SEED, v, mix(), |p| next_key(|lo| store.working().range(lo, Bound::Unbounded), p));
+    let ops = if PAGED.get() {
+        reference_block(v)
+    } else {
+        block(SEED, v, mix(), |p| next_key(|lo| store.working().range(lo, Bound::Unbounded), p))
+    };
     for op in ops {
         match op {
             Op::Put(k, val) => {
@@ -77,12 +110,22 @@ fn build(dir: &Path, versions: u64) -> Store {
 /// reference root — and a clean `check`.
 #[test]
 fn io_fault_at_every_point_loses_nothing_committed() {
+    io_faults();
+}
+
+#[test]
+fn io_fault_at_every_point_loses_nothing_committed_paged() {
+    PAGED.set(true);
+    io_faults();
+}
+
+fn io_faults() {
     const VERSIONS: u64 = 40;
     let roots = reference_roots(VERSIONS + 1);
     let mut budget = 0;
     let mut tripped_runs = 0;
     loop {
-        let dir = TempDir::new(&format!("io{budget}"));
+        let dir = TempDir::new(&format!("io{budget}{}", if PAGED.get() { "p" } else { "" }));
         let inner: Arc<dyn Backend> = Arc::new(DirBackend::open(dir.path()).unwrap());
         let faulty = FaultyBackend::new(inner, budget);
         let mut acknowledged = 0;
