@@ -78,7 +78,7 @@ use options::Reclaimer;
 pub use options::{CheckpointPolicy, CommitTiming, Options, Reclaim, StoreStats};
 use pace::Activity;
 pub use pace::CheckpointPace;
-pub use paging::PagingStats;
+pub use paging::{OwnedEntry, PagingStats};
 use paging::{PageFile, Pager};
 
 /// A durable, versioned key-value store. See the crate documentation.

@@ -32,6 +32,9 @@ pub(crate) struct PageFile {
     dir: String,
 }
 
+/// A key and its value, copied out of the store.
+pub type OwnedEntry = (Vec<u8>, Vec<u8>);
+
 /// Counters of the pager, in [`crate::StoreStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PagingStats {
@@ -198,7 +201,7 @@ impl Store {
 
     /// The first entry of the working state with a key within `lo` (a seek), loading
     /// the chunks it needs when paging is on; owned, so callers may go on writing.
-    pub fn seek(&mut self, lo: Bound<&[u8]>) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn seek(&mut self, lo: Bound<&[u8]>) -> Result<Option<OwnedEntry>, StoreError> {
         loop {
             let missing = match self.tree.try_first_from(lo) {
                 Ok(e) => return Ok(e.map(|(k, v)| (k.to_vec(), v.to_vec()))),
