@@ -237,7 +237,7 @@ impl Store {
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         self.writable()?;
         self.record.check_room(key, value.len())?;
-        if let Some(p) = &mut self.pager {
+        if let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) {
             let needs = self.tree.absent_for_insert(key);
             p.load(&mut self.tree, needs)?;
         }
@@ -251,7 +251,7 @@ impl Store {
     pub fn remove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.writable()?;
         self.record.check_room(key, 0)?;
-        if let Some(p) = &mut self.pager {
+        if let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) {
             let needs = self.tree.absent_for_remove(key);
             p.load(&mut self.tree, needs)?;
         }

@@ -182,7 +182,11 @@ impl Pager {
             scanned += 1;
         }
         self.stats.resident_bytes = resident;
-        self.stats.skeleton_bytes = s.skeleton_bytes;
+        self.stats.skeleton_bytes = if scanned > 0 {
+            tree.skeleton_stats().skeleton_bytes
+        } else {
+            s.skeleton_bytes
+        };
         Ok(())
     }
 }
