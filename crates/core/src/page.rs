@@ -359,6 +359,19 @@ impl<H: Hasher> Tree<H> {
         Some(bytes)
     }
 
+    /// Gives absent chunk `i` a new location `loc` (nonzero; the caller copied its body
+    /// there). False, changing nothing, if chunk `i` is not absent.
+    pub fn relocate(&mut self, i: u64, loc: u64) -> bool {
+        let Some(root) = self.root.as_mut() else { return false };
+        let (Leaf::Absent(p), _) = root.chunk_at(i) else { return false };
+        if loc == 0 || i >= root.chunk_count() {
+            return false;
+        }
+        let page = Page { hash: p.hash, len: p.len, first: p.first.clone(), loc };
+        root.replace_leaf(i, Node::Paged(Arc::new(page)));
+        true
+    }
+
     /// Makes absent chunk `i` resident with `body`, which must be the body its page
     /// commits to (count, first key and hash); otherwise nothing changes.
     pub fn page_in(&mut self, i: u64, body: Body) -> Result<(), PageError> {

@@ -16,7 +16,7 @@ use crate::backend::{Backend, WriteFile};
 use crate::error::{IoContext, StoreError};
 use crate::meta::{checkpoint_name, TMP_SUFFIX};
 use crate::pace::{Pacer, SLICE_BYTES};
-use crate::paging::PageFile;
+use crate::paging::PageSet;
 
 const MAGIC: &[u8; 8] = b"BAVLCKP1";
 const END_MAGIC: &[u8; 8] = b"BAVLEND1";
@@ -157,7 +157,7 @@ pub(crate) fn write_paged(
     snap: Snapshot,
     stop: &AtomicBool,
     pacer: Option<&Pacer>,
-    pages: Option<&PageFile>,
+    pages: Option<&PageSet>,
 ) -> Result<Option<CheckpointReport>, StoreError> {
     write_with_lead(backend, version, snap, stop, pacer, MAX_LEAD, pages)
 }
@@ -169,7 +169,7 @@ fn write_with_lead(
     stop: &AtomicBool,
     pacer: Option<&Pacer>,
     lead: u64,
-    pages: Option<&PageFile>,
+    pages: Option<&PageSet>,
 ) -> Result<Option<CheckpointReport>, StoreError> {
     let start = Instant::now();
     let name = checkpoint_name(version);

@@ -51,7 +51,7 @@ impl Store {
         let flag = stop.clone();
         let activity = self.activity.clone();
         let head_mark = self.head_mark.clone();
-        let pages = self.pager.as_ref().map(|p| p.file.clone());
+        let pages = self.pager.as_ref().map(|p| p.files.clone());
         // Spread over as much log as was written since the last checkpoint (with the
         // `Auto` policy, what made this one due): it then ends well before the next.
         self.activity.urgent.store(false, Ordering::Relaxed);
@@ -67,7 +67,7 @@ impl Store {
                     snap,
                     &flag,
                     Some(&pacer),
-                    pages.as_deref(),
+                    pages.as_ref(),
                 )?
                 else {
                     return Ok(None);

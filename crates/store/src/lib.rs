@@ -48,6 +48,7 @@ mod blame;
 pub mod check;
 pub mod checkpoint;
 mod cleanup;
+mod compact;
 mod create;
 mod error;
 mod job;
@@ -78,8 +79,8 @@ use options::Reclaimer;
 pub use options::{CheckpointPolicy, CommitTiming, Options, Reclaim, StoreStats};
 use pace::Activity;
 pub use pace::CheckpointPace;
+use paging::Pager;
 pub use paging::{OwnedEntry, PagingStats};
-use paging::{PageFile, Pager};
 
 /// A durable, versioned key-value store. See the crate documentation.
 pub struct Store {
@@ -140,7 +141,7 @@ impl Store {
             None => None,
             Some(budget) => {
                 let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
-                Some(Pager::new(PageFile::create(&dir)?, budget))
+                Some(Pager::new(&dir, budget)?)
             }
         };
         let mut store = Store {
@@ -292,7 +293,9 @@ impl Store {
         // Evicted before the version is taken, so it shares the pages, not the bodies. A
         // failure (of the page file) poisons: the version is durable, the memory not bounded.
         if let Some(p) = &mut self.pager {
-            if let Err(e) = p.evict(&mut self.tree) {
+            if let Err(e) =
+                p.evict(&mut self.tree).and_then(|()| p.maybe_compact(&mut self.tree, version))
+            {
                 self.poisoned = Some(e.to_string());
                 self.versions.insert(version, self.tree.snapshot());
                 return Err(e);
@@ -369,7 +372,11 @@ impl Store {
             }
             self.reclaimer.release(entry.remove());
         }
-        self.activity.set_oldest(self.oldest_retained());
+        let oldest = self.oldest_retained();
+        if let Some(p) = &mut self.pager {
+            p.retire(oldest);
+        }
+        self.activity.set_oldest(oldest);
     }
 
     fn retain(&mut self) {

@@ -10,7 +10,9 @@
 //!   (`O_TMPFILE` on Linux; elsewhere created and unlinked at once), so it vanishes with
 //!   the process, and durability stays with the log and the checkpoints.
 //!
-//! Record: `u32 len | body` at offset `loc - 1` (a location is never 0).
+//! Record: `u32 len | body`. A location is `generation << 48 | (offset + 1)` (never 0):
+//! compaction ([`Pager::compact`]) copies the live bodies into a file of a new generation
+//! and retires the old file once no retained version can name it.
 
 use std::fs::File;
 use std::ops::Bound;
@@ -48,6 +50,12 @@ pub struct PagingStats {
     pub resident_bytes: u64,
     /// Heap bytes of the skeleton (inner nodes and pages) at the last eviction pass.
     pub skeleton_bytes: u64,
+    /// Records appended to the page files.
+    pub records: u64,
+    /// Compactions of the page file (live bodies copied to a new file).
+    pub compactions: u64,
+    /// Bytes of the page file being appended to.
+    pub file_bytes: u64,
 }
 
 impl PageFile {
@@ -62,8 +70,8 @@ impl PageFile {
         format!("the page file in {}", self.dir)
     }
 
-    /// Appends a record; returns its location.
-    fn append(&self, body: &[u8]) -> Result<u64, StoreError> {
+    /// Appends a record; returns its offset.
+    pub(crate) fn append(&self, body: &[u8]) -> Result<u64, StoreError> {
         use std::os::unix::fs::FileExt;
         let at = self.end.load(Ordering::Acquire);
         let mut rec = Vec::with_capacity(body.len() + 4);
@@ -71,13 +79,17 @@ impl PageFile {
         rec.extend_from_slice(body);
         self.file.write_all_at(&rec, at).ctx(|| format!("writing {}", self.name()))?;
         self.end.store(at + rec.len() as u64, Ordering::Release);
-        Ok(at + 1)
+        Ok(at)
     }
 
-    /// Reads and decodes the body of `page` (verified by the core when it is installed).
-    pub(crate) fn read(&self, page: &PageRef) -> Result<Body, StoreError> {
+    /// Bytes appended so far.
+    pub(crate) fn len(&self) -> u64 {
+        self.end.load(Ordering::Acquire)
+    }
+
+    /// Reads the body of the record at `at`, bounds checked against the file.
+    pub(crate) fn read_raw(&self, at: u64) -> Result<Vec<u8>, StoreError> {
         use std::os::unix::fs::FileExt;
-        let at = page.loc - 1;
         let end = self.end.load(Ordering::Acquire);
         let bad = |what: &str| StoreError::corrupted(&self.name(), at, what);
         if at.checked_add(4).is_none_or(|e| e > end) {
@@ -91,7 +103,44 @@ impl PageFile {
         }
         let mut body = vec![0; len as usize];
         self.file.read_exact_at(&mut body, at + 4).ctx(|| format!("reading {}", self.name()))?;
-        Body::decode(&body).map_err(|e| bad(&format!("undecodable chunk body: {e}")))
+        Ok(body)
+    }
+}
+
+/// Splits a location into its generation and offset.
+pub(crate) fn split_loc(loc: u64) -> (u16, u64) {
+    ((loc >> 48) as u16, (loc & ((1 << 48) - 1)).saturating_sub(1))
+}
+
+/// The location of offset `at` in generation `gen`.
+pub(crate) fn make_loc(gen: u16, at: u64) -> u64 {
+    (gen as u64) << 48 | (at + 1)
+}
+
+/// The page files by generation: what a reader needs to find any page a version names.
+#[derive(Clone, Default)]
+pub(crate) struct PageSet(pub(crate) std::collections::BTreeMap<u16, Arc<PageFile>>);
+
+impl PageSet {
+    fn file(&self, loc: u64) -> Result<(&PageFile, u64), StoreError> {
+        let (gen, at) = split_loc(loc);
+        match self.0.get(&gen) {
+            Some(f) => Ok((f, at)),
+            None => Err(StoreError::corrupted(
+                "the page files",
+                at,
+                format!("no page file of generation {gen}"),
+            )),
+        }
+    }
+
+    /// Reads and decodes the body of `page` (verified by the core when it is installed).
+    pub(crate) fn read(&self, page: &PageRef) -> Result<Body, StoreError> {
+        let (f, at) = self.file(page.loc)?;
+        let body = f.read_raw(at)?;
+        Body::decode(&body).map_err(|e| {
+            StoreError::corrupted(&f.name(), at, format!("undecodable chunk body: {e}"))
+        })
     }
 
     /// `snap` with the bodies of `pages` resident, each verified against its page.
@@ -104,7 +153,8 @@ impl PageFile {
         for p in pages {
             bodies.push((p.index, self.read(p)?));
         }
-        snap.with_bodies(bodies).map_err(|e| StoreError::corrupted(&self.name(), 0, e.to_string()))
+        snap.with_bodies(bodies)
+            .map_err(|e| StoreError::corrupted("the page files", 0, e.to_string()))
     }
 }
 
@@ -130,8 +180,15 @@ fn anonymous_file(dir: &Path) -> std::io::Result<File> {
 
 /// Loads and evicts the working tree's chunk bodies against a budget.
 pub(crate) struct Pager {
-    pub(crate) file: Arc<PageFile>,
-    budget: u64,
+    pub(crate) files: PageSet,
+    /// The generation appended to.
+    pub(crate) gen: u16,
+    pub(crate) dir: std::path::PathBuf,
+    /// Retired generations and the version from which no version names them.
+    pub(crate) retiring: Vec<(u64, u16)>,
+    pub(crate) budget: u64,
+    /// The smallest file [`Pager::maybe_compact`] compacts.
+    pub(crate) min_compact: u64,
     /// The clock hand: the next chunk index the eviction sweep looks at.
     hand: u64,
     buf: Vec<u8>,
@@ -139,16 +196,35 @@ pub(crate) struct Pager {
 }
 
 impl Pager {
-    pub(crate) fn new(file: Arc<PageFile>, budget: u64) -> Pager {
-        Pager { file, budget, hand: 0, buf: Vec::new(), stats: PagingStats::default() }
+    pub(crate) fn new(dir: &Path, budget: u64) -> Result<Pager, StoreError> {
+        let mut files = PageSet::default();
+        files.0.insert(1, PageFile::create(dir)?);
+        let (gen, dir, retiring, buf) = (1, dir.to_path_buf(), Vec::new(), Vec::new());
+        let stats = PagingStats::default();
+        let min_compact = crate::compact::MIN_FILE;
+        Ok(Pager { files, gen, dir, retiring, budget, min_compact, hand: 0, buf, stats })
+    }
+
+    pub(crate) fn current(&self) -> &Arc<PageFile> {
+        &self.files.0[&self.gen]
+    }
+
+    /// Appends a body to the current file; returns its location.
+    pub(crate) fn append(&mut self, body: &[u8]) -> Result<u64, StoreError> {
+        let at = self.current().append(body)?;
+        self.stats.spilled_bytes += body.len() as u64 + 4;
+        self.stats.records += 1;
+        self.stats.file_bytes = at + body.len() as u64 + 4;
+        Ok(make_loc(self.gen, at))
     }
 
     /// Makes the chunks of `needs` resident in `tree`.
     pub(crate) fn load(&mut self, tree: &mut Tree, needs: Vec<PageRef>) -> Result<(), StoreError> {
         for p in needs {
-            let body = self.file.read(&p)?;
-            tree.page_in(p.index, body)
-                .map_err(|e| StoreError::corrupted(&self.file.name(), p.loc - 1, e.to_string()))?;
+            let body = self.files.read(&p)?;
+            tree.page_in(p.index, body).map_err(|e| {
+                StoreError::corrupted(&self.current().name(), split_loc(p.loc).1, e.to_string())
+            })?;
             self.stats.loads += 1;
         }
         Ok(())
@@ -167,12 +243,12 @@ impl Pager {
                 self.hand = 0;
             }
             if let Some(c) = tree.chunk_ref(self.hand).filter(|c| c.location().is_none()) {
-                self.buf.clear();
-                if c.encode_body(&mut self.buf) {
-                    let loc = self.file.append(&self.buf)?;
-                    c.set_location(loc);
-                    self.stats.spilled_bytes += self.buf.len() as u64 + 4;
+                let mut buf = std::mem::take(&mut self.buf);
+                buf.clear();
+                if c.encode_body(&mut buf) {
+                    c.set_location(self.append(&buf)?);
                 }
+                self.buf = buf;
             }
             if let Some(freed) = tree.page_out(self.hand) {
                 resident = resident.saturating_sub(freed as u64 + 16);
@@ -182,11 +258,8 @@ impl Pager {
             scanned += 1;
         }
         self.stats.resident_bytes = resident;
-        self.stats.skeleton_bytes = if scanned > 0 {
-            tree.skeleton_stats().skeleton_bytes
-        } else {
-            s.skeleton_bytes
-        };
+        self.stats.skeleton_bytes =
+            if scanned > 0 { tree.skeleton_stats().skeleton_bytes } else { s.skeleton_bytes };
         Ok(())
     }
 }
@@ -224,7 +297,7 @@ impl Store {
     /// `absent_for_range`, `absent_chunk`) and pass them here.
     pub fn load_pages(&self, snap: &Snapshot, pages: &[PageRef]) -> Result<Snapshot, StoreError> {
         match &self.pager {
-            Some(p) => p.file.materialize(snap, pages),
+            Some(p) => p.files.materialize(snap, pages),
             None if pages.is_empty() => Ok(snap.clone()),
             None => Err(StoreError::InvalidOption("paging is off: no chunk is absent".into())),
         }
@@ -244,27 +317,27 @@ mod tests {
             tree.insert(&i.to_be_bytes(), b"value").unwrap();
         }
         tree.root_hash();
-        let mut pager = Pager::new(PageFile::create(&std::env::temp_dir()).unwrap(), 0);
+        let mut pager = Pager::new(&std::env::temp_dir(), 0).unwrap();
         pager.evict(&mut tree).unwrap();
         let key = 0u32.to_be_bytes();
         let page = tree.try_get(&key).expect_err("evicted");
-        let at = page.loc - 1;
+        let at = split_loc(page.loc).1;
         let mut record = vec![0; 4];
-        pager.file.file.read_exact_at(&mut record, at).unwrap();
+        pager.current().file.read_exact_at(&mut record, at).unwrap();
         let len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
         record.resize(4 + len, 0);
-        pager.file.file.read_exact_at(&mut record, at).unwrap();
+        pager.current().file.read_exact_at(&mut record, at).unwrap();
         for i in 0..record.len() {
             let mut bad = record.clone();
             bad[i] ^= 0x01;
-            pager.file.file.write_all_at(&bad, at).unwrap();
+            pager.current().file.write_all_at(&bad, at).unwrap();
             match pager.load(&mut tree, vec![page.clone()]) {
                 Err(StoreError::Corrupted { offset, .. }) => assert_eq!(offset, at),
                 other => panic!("byte {i} flipped: {other:?}"),
             }
             assert!(tree.try_get(&key).is_err(), "nothing became resident");
         }
-        pager.file.file.write_all_at(&record, at).unwrap();
+        pager.current().file.write_all_at(&record, at).unwrap();
         pager.load(&mut tree, vec![page]).unwrap();
         assert_eq!(tree.get(&key), Some(&b"value"[..]));
     }
