@@ -115,3 +115,26 @@ impl Node {
         }
     }
 }
+
+impl crate::VerifiedChunk {
+    /// This chunk as a skeleton record (location 0: set it once the body is stored), and its body encoded for the
+    /// store's page file (see [`crate::ChunkRef::encode_body`]): how a paged store opens a
+    /// checkpoint without keeping its chunks in memory.
+    pub fn into_skeleton<H: Hasher>(mut self) -> (SkeletonEntry, Vec<u8>) {
+        let hash = self.chunk.rehash::<H>();
+        let mut body = Vec::new();
+        crate::codec::put_varint(&mut body, self.chunk.len() as u64);
+        for i in 0..self.chunk.len() {
+            crate::codec::put_bytes(&mut body, self.chunk.key(i));
+            crate::codec::put_bytes(&mut body, self.chunk.value(i));
+        }
+        let entry = SkeletonEntry {
+            key_height: self.key_height,
+            hash,
+            len: self.chunk.len() as u32,
+            loc: 0,
+            first_key: self.chunk.first_key().into(),
+        };
+        (entry, body)
+    }
+}

@@ -58,6 +58,7 @@ mod open;
 mod options;
 pub mod pace;
 mod paging;
+mod reopen;
 pub mod wal;
 
 use std::collections::BTreeMap;
@@ -123,7 +124,8 @@ impl Store {
             if opts.read_only { DirBackend::open_read_only(dir) } else { DirBackend::open(dir) };
         let backend = backend.ctx(|| format!("opening the store at {}", dir.display()))?;
         let mut opts = opts;
-        if opts.cache_bytes.is_some() && opts.page_dir.is_none() {
+        // A read-only open writes nothing into the store's directory, not even there.
+        if opts.cache_bytes.is_some() && opts.page_dir.is_none() && !opts.read_only {
             opts.page_dir = Some(dir.to_path_buf());
         }
         Self::open_backend(Arc::new(backend), opts)
@@ -134,16 +136,16 @@ impl Store {
         if opts.keep_recent == 0 {
             return Err(StoreError::InvalidOption("keep_recent must be at least 1".into()));
         }
-        let o = open::recover(&*backend, &opts, opts.read_only)?;
-        let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
-        let temporary = o.temporary;
-        let pager = match opts.cache_bytes {
+        let mut pager = match opts.cache_bytes {
             None => None,
             Some(budget) => {
                 let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
                 Some(Pager::new(&dir, budget)?)
             }
         };
+        let o = open::recover(&*backend, &opts, opts.read_only, pager.as_mut())?;
+        let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
+        let temporary = o.temporary;
         let mut store = Store {
             backend,
             tree: o.tree,

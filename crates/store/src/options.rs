@@ -73,7 +73,8 @@ pub struct Options {
     /// [`crate::Store::get`] and plain snapshot reads do not load.
     pub cache_bytes: Option<u64>,
     /// Where the page file goes (`None`: the store's directory with [`crate::Store::open`],
-    /// the system's temporary directory with [`crate::Store::open_backend`]).
+    /// the system's temporary directory with [`crate::Store::open_backend`] or a
+    /// read-only open).
     pub page_dir: Option<std::path::PathBuf>,
 }
 

@@ -142,3 +142,35 @@ fn retained_versions_read_and_prove_their_evicted_chunks() {
     assert_eq!(got.entries.len(), 250);
     assert!(old.try_get(&key).is_err(), "the retained version itself is unchanged");
 }
+
+#[test]
+fn a_paged_open_verifies_the_checkpoint_like_an_unpaged_one() {
+    let dir = TempDir::new("paged-damage");
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    for i in 0u32..1500 {
+        store.insert(&i.to_be_bytes(), b"some value").unwrap();
+    }
+    store.commit().unwrap();
+    store.checkpoint().unwrap();
+    store.close().unwrap();
+    let ckpt = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".bavl"))
+        .expect("a checkpoint");
+    let good = std::fs::read(&ckpt).unwrap();
+    for at in [good.len() / 3, good.len() / 2, good.len() - 30] {
+        let mut bad = good.clone();
+        bad[at] ^= 0x04;
+        std::fs::write(&ckpt, &bad).unwrap();
+        let read_only = Options { read_only: true, ..paged(0) };
+        match Store::open(dir.path(), read_only) {
+            Err(bavl_store::StoreError::Corrupted { .. }) => {}
+            Err(e) => panic!("byte {at}: another error: {e}"),
+            Ok(_) => panic!("byte {at}: a damaged checkpoint opened"),
+        }
+    }
+    std::fs::write(&ckpt, &good).unwrap();
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    assert_eq!(store.read(&700u32.to_be_bytes()).unwrap(), Some(&b"some value"[..]));
+}
