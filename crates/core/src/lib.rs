@@ -10,7 +10,10 @@
 //! - [`Snapshot`]: an O(1) immutable version that serves proofs and chunks;
 //! - standalone verifiers that need only the root: [`verify_membership`],
 //!   [`verify_absence`], [`verify_range`], [`verify_chunk`];
-//! - [`Restore`]: rebuilds the identical tree from chunks verified in any order.
+//! - [`Restore`]: rebuilds the identical tree from chunks verified in any order;
+//! - paging: chunks whose bodies are absent (a skeleton of [`PageRef`]s), the queries that
+//!   say which an operation needs, and [`Tree::page_in`] verifying a [`Body`] against its
+//!   page — the caller does the I/O (`docs/design.md` §8.5.1).
 //!
 //! The byte formats, hash inputs and invariants are specified in `docs/design.md`.
 //!

@@ -17,7 +17,9 @@
 //! newest one and so rebuilds more of the retained versions (verifying every chunk against
 //! its root), replays the log after it (checking every recorded root), discards a record
 //! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`]. The
-//! live state and the retained versions are held in memory. The directory itself is
+//! live state and the retained versions are held in memory, unless
+//! [`Options::cache_bytes`] pages chunk bodies out to a scratch page file and back,
+//! verified, as operations need them (`docs/design.md` §8.5.1). The directory itself is
 //! locked: exclusively by a writer, which stops writing if the path stops naming it,
 //! shared by [`Options::read_only`] readers, which change nothing on disk. Only an empty
 //! directory becomes a new store. Formats and reasons: `docs/design.md` §8.

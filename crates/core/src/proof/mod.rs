@@ -173,7 +173,7 @@ pub(crate) fn inverted(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 
 impl<H: Hasher> Snapshot<H> {
     /// A proof that `key` is present with its current value; `None` if absent, or if a
-    /// chunk the proof needs is not resident (see [`Snapshot::absent_for_proof`]).
+    /// chunk the proof needs is not resident (see [`Snapshot::absent_for_range`]).
     pub fn prove_membership(&self, key: &[u8]) -> Option<Vec<u8>> {
         let view = self.view();
         let (Leaf::Body(c), _, before) = view.root?.find(key) else { return None };
