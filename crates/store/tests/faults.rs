@@ -31,25 +31,6 @@ fn opts() -> Options {
     }
 }
 
-/// Block `v` as generated on the in-memory reference (a paged working tree cannot serve
-/// the generator's range reads; the blocks are the same).
-fn reference_block(v: u64) -> Vec<Op> {
-    let mut t = Tree::with_capacity(8).unwrap();
-    for u in 1..=v {
-        let ops = block(SEED, u, mix(), |p| next_key(|lo| t.range(lo, Bound::Unbounded), p));
-        if u == v {
-            return ops;
-        }
-        for op in ops {
-            match op {
-                Op::Put(k, val) => drop(t.insert(&k, &val).unwrap()),
-                Op::Delete(k) => drop(t.remove(&k)),
-            }
-        }
-    }
-    Vec::new()
-}
-
 fn mix() -> Mix {
     Mix::workload_b(60)
 }
@@ -57,7 +38,7 @@ fn mix() -> Mix {
 /// Applies block `v` to the store (stopping at the first error).
 fn apply_store(store: &mut Store, v: u64) -> Result<(), StoreError> {
     let ops = if PAGED.get() {
-        reference_block(v)
+        common::reference_block(SEED, mix(), v)
     } else {
         block(SEED, v, mix(), |p| next_key(|lo| store.working().range(lo, Bound::Unbounded), p))
     };

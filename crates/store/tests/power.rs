@@ -15,6 +15,8 @@
 //! store must poison itself at that sync and refuse every later write, although the
 //! disk "works" again, and reopening must lose nothing acknowledged (§8.4).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::ops::Bound;
@@ -48,30 +50,9 @@ fn opts() -> Options {
     }
 }
 
-/// Block `v` as generated on an in-memory tree (a paged working tree cannot serve the
-/// generator's range reads; the blocks are the same).
-fn reference_block(v: u64) -> Vec<Op> {
-    let mut t = bavl_core::Tree::with_capacity(8).unwrap();
-    for u in 1..=v {
-        let ops = block(SEED, u, Mix::workload_b(30), |p| {
-            next_key(|lo| t.range(lo, Bound::Unbounded), p)
-        });
-        if u == v {
-            return ops;
-        }
-        for op in ops {
-            match op {
-                Op::Put(k, val) => drop(t.insert(&k, &val).unwrap()),
-                Op::Delete(k) => drop(t.remove(&k)),
-            }
-        }
-    }
-    Vec::new()
-}
-
 fn apply(store: &mut Store, v: u64) -> Result<(), StoreError> {
     let ops = if PAGED.get() {
-        reference_block(v)
+        common::reference_block(SEED, Mix::workload_b(30), v)
     } else {
         block(SEED, v, Mix::workload_b(30), |p| {
             next_key(|lo| store.working().range(lo, Bound::Unbounded), p)
