@@ -138,13 +138,7 @@ impl Store {
         if opts.keep_recent == 0 {
             return Err(StoreError::InvalidOption("keep_recent must be at least 1".into()));
         }
-        let mut pager = match opts.cache_bytes {
-            None => None,
-            Some(budget) => {
-                let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
-                Some(Pager::new(&dir, budget)?)
-            }
-        };
+        let mut pager = Pager::for_options(&opts)?;
         let o = open::recover(&*backend, &opts, opts.read_only, pager.as_mut())?;
         let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
         let temporary = o.temporary;
@@ -294,18 +288,9 @@ impl Store {
         self.activity.logged(log_bytes);
         self.head = version;
         self.head_root = root;
-        // Evicted before the version is taken, so it shares the pages, not the bodies. A
-        // failure (of the page file) poisons: the version is durable, the memory not bounded.
-        if let Some(p) = &mut self.pager {
-            if let Err(e) =
-                p.evict(&mut self.tree).and_then(|()| p.maybe_compact(&mut self.tree, version))
-            {
-                self.poisoned = Some(e.to_string());
-                self.versions.insert(version, self.tree.snapshot());
-                return Err(e);
-            }
-        }
+        let paged = self.page_out(version);
         self.versions.insert(version, self.tree.snapshot());
+        paged?;
         self.retain();
         self.clean_up()?;
         if let CheckpointPolicy::Auto { log_ratio, min_log_bytes } = self.opts.checkpoint {

@@ -205,6 +205,13 @@ impl Pager {
         Ok(Pager { files, gen, dir, retiring, budget, min_compact, hand: 0, buf, stats })
     }
 
+    /// The pager [`crate::Options::cache_bytes`] asks for, if any.
+    pub(crate) fn for_options(opts: &crate::Options) -> Result<Option<Pager>, StoreError> {
+        let Some(budget) = opts.cache_bytes else { return Ok(None) };
+        let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
+        Pager::new(&dir, budget).map(Some)
+    }
+
     pub(crate) fn current(&self) -> &Arc<PageFile> {
         &self.files.0[&self.gen]
     }
@@ -265,6 +272,56 @@ impl Pager {
 }
 
 impl Store {
+    /// Loads, on up to four threads, the paged-out chunks holding `keys` (what a block
+    /// about to be applied will touch first; a neighbour the fill policy may need besides
+    /// is loaded by the operation itself). Returns how many chunks were loaded; a no-op
+    /// without paging. Each body is verified as on any load.
+    pub fn prefetch<K: AsRef<[u8]>>(&mut self, keys: &[K]) -> Result<usize, StoreError> {
+        let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) else {
+            return Ok(0);
+        };
+        let mut pages: Vec<PageRef> =
+            keys.iter().filter_map(|k| self.tree.try_get(k.as_ref()).err()).collect();
+        pages.sort_unstable_by_key(|p| p.index);
+        pages.dedup_by_key(|p| p.index);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+        let files = &p.files;
+        type Read<'a> = Vec<(&'a PageRef, Result<Body, StoreError>)>;
+        let read: Read<'_> = std::thread::scope(|s| {
+            let parts = pages.chunks(pages.len().div_ceil(threads).max(1));
+            let handles: Vec<_> = parts
+                .map(|part| {
+                    s.spawn(move || -> Read<'_> {
+                        part.iter().map(|pg| (pg, files.read(pg))).collect()
+                    })
+                })
+                .collect();
+            // A reading thread that panicked loads nothing: its chunks load on demand.
+            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        });
+        let loaded = read.len();
+        for (pg, body) in read {
+            self.tree.page_in(pg.index, body?).map_err(|e| {
+                StoreError::corrupted("the page files", split_loc(pg.loc).1, e.to_string())
+            })?;
+        }
+        p.stats.loads += loaded as u64;
+        Ok(loaded)
+    }
+
+    /// After commit `version` is durable and hashed, before its snapshot is taken (so the
+    /// version shares pages, not bodies): evicts to the budget and compacts the page file
+    /// if due. A failure (of the page file) poisons the store: the version is durable,
+    /// its memory is no longer bounded.
+    pub(crate) fn page_out(&mut self, version: u64) -> Result<(), StoreError> {
+        let Some(p) = &mut self.pager else { return Ok(()) };
+        let r = p.evict(&mut self.tree).and_then(|()| p.maybe_compact(&mut self.tree, version));
+        if let Err(e) = &r {
+            self.poisoned = Some(e.to_string());
+        }
+        r
+    }
+
     /// Reads the working state, loading the key's chunk first if it is paged out (a body
     /// that fails its verification is [`StoreError::Corrupted`], never an answer).
     pub fn read(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {

@@ -174,3 +174,19 @@ fn a_paged_open_verifies_the_checkpoint_like_an_unpaged_one() {
     let mut store = Store::open(dir.path(), paged(0)).unwrap();
     assert_eq!(store.read(&700u32.to_be_bytes()).unwrap(), Some(&b"some value"[..]));
 }
+
+#[test]
+fn prefetch_makes_a_blocks_chunks_resident() {
+    let dir = TempDir::new("paged-prefetch");
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    for i in 0u32..3000 {
+        store.insert(&i.to_be_bytes(), b"v").unwrap();
+    }
+    store.commit().unwrap();
+    let keys: Vec<[u8; 4]> = (0u32..3000).step_by(97).map(u32::to_be_bytes).collect();
+    assert!(keys.iter().all(|k| store.get(k).is_none()), "everything was evicted");
+    let loaded = store.prefetch(&keys).unwrap();
+    assert!(loaded > 10 && loaded <= keys.len(), "{loaded}");
+    assert!(keys.iter().all(|k| store.get(k) == Some(&b"v"[..])), "resident after prefetch");
+    assert_eq!(store.prefetch(&keys).unwrap(), 0, "nothing left to load");
+}

@@ -171,6 +171,16 @@ impl Bavl {
 impl Adapter for Bavl {
     fn commit_block(&mut self, ops: &[Op]) -> Result<()> {
         let t = std::time::Instant::now();
+        // Paged: load the block's chunks on several threads first (a no-op otherwise).
+        if self.store.working().is_paged() {
+            let keys: Vec<&Key> = ops
+                .iter()
+                .map(|op| match op {
+                    Op::Put(k, _) | Op::Delete(k) => k,
+                })
+                .collect();
+            self.store.prefetch(&keys)?;
+        }
         for op in ops {
             match op {
                 Op::Put(k, v) => {
