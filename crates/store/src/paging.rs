@@ -129,7 +129,7 @@ impl PageSet {
             None => Err(StoreError::corrupted(
                 "the page files",
                 at,
-                format!("no page file of generation {gen}"),
+                format!("no page file of generation {gen} (retired: was the version pruned?)"),
             )),
         }
     }
