@@ -39,6 +39,9 @@ pub struct SkeletonStats {
     pub skeleton_bytes: u64,
     /// Heap bytes of the resident chunk bodies.
     pub resident_bytes: u64,
+    /// Of those, the bodies with no disk location (changed since last written: copies
+    /// whose originals older versions may still hold).
+    pub unlocated_bytes: u64,
 }
 
 impl<H: Hasher> Tree<H> {
@@ -107,6 +110,9 @@ impl Node {
             Node::Chunk(c) => {
                 s.resident_chunks += 1;
                 s.resident_bytes += (c.heap_bytes() + 16) as u64;
+                if c.location().is_none() {
+                    s.unlocated_bytes += (c.heap_bytes() + 16) as u64;
+                }
             }
             Node::Paged(p) => {
                 s.absent_chunks += 1;

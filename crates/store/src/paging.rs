@@ -189,6 +189,10 @@ pub(crate) struct Pager {
     pub(crate) budget: u64,
     /// The smallest file [`Pager::maybe_compact`] compacts.
     pub(crate) min_compact: u64,
+    /// Bytes of bodies evicted or copied at each of the last `pin_window` commits.
+    pinned: std::collections::VecDeque<u64>,
+    /// How many commits back retained versions reach (`keep_recent - 1`).
+    pub(crate) pin_window: usize,
     /// The clock hand: the next chunk index the eviction sweep looks at.
     hand: u64,
     buf: Vec<u8>,
@@ -202,14 +206,29 @@ impl Pager {
         let (gen, dir, retiring, buf) = (1, dir.to_path_buf(), Vec::new(), Vec::new());
         let stats = PagingStats::default();
         let min_compact = crate::compact::MIN_FILE;
-        Ok(Pager { files, gen, dir, retiring, budget, min_compact, hand: 0, buf, stats })
+        let (pinned, pin_window) = (Default::default(), 3);
+        Ok(Pager {
+            files,
+            gen,
+            dir,
+            retiring,
+            budget,
+            min_compact,
+            pinned,
+            pin_window,
+            hand: 0,
+            buf,
+            stats,
+        })
     }
 
     /// The pager [`crate::Options::cache_bytes`] asks for, if any.
     pub(crate) fn for_options(opts: &crate::Options) -> Result<Option<Pager>, StoreError> {
         let Some(budget) = opts.cache_bytes else { return Ok(None) };
         let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
-        Pager::new(&dir, budget).map(Some)
+        let mut p = Pager::new(&dir, budget)?;
+        p.pin_window = opts.keep_recent.saturating_sub(1) as usize;
+        Ok(Some(p))
     }
 
     pub(crate) fn current(&self) -> &Arc<PageFile> {
@@ -240,12 +259,19 @@ impl Pager {
     /// Evicts chunks of the (fully hashed) `tree`, sweeping from the clock hand, until its
     /// resident bodies fit the budget; a body with no location is appended to the page
     /// file first. Bodies shared with retained versions are freed when those are pruned.
+    ///
+    /// The bodies the last `pin_window` commits evicted or replaced by copies are still
+    /// held by the retained versions taken before; the working tree's share of the budget
+    /// shrinks by them (to a quarter of it at least), so that all bodies together stay
+    /// near the budget rather than `keep_recent` times it.
     pub(crate) fn evict(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
         let s = tree.skeleton_stats();
         let mut resident = s.resident_bytes;
+        let pinned: u64 = self.pinned.iter().sum();
+        let target = self.budget.saturating_sub(pinned).max(self.budget / 4);
         let n = tree.chunk_count();
         let mut scanned = 0;
-        while resident > self.budget && scanned < n {
+        while resident > target && scanned < n {
             if self.hand >= n {
                 self.hand = 0;
             }
@@ -265,6 +291,10 @@ impl Pager {
             scanned += 1;
         }
         self.stats.resident_bytes = resident;
+        self.pinned.push_back(s.resident_bytes - resident + s.unlocated_bytes);
+        while self.pinned.len() > self.pin_window {
+            self.pinned.pop_front();
+        }
         self.stats.skeleton_bytes =
             if scanned > 0 { tree.skeleton_stats().skeleton_bytes } else { s.skeleton_bytes };
         Ok(())
