@@ -264,11 +264,16 @@ fn rebuild(
     newest: Option<u64>,
     mut pager: Option<&mut Pager>,
 ) -> Result<Rebuilt, StoreError> {
-    // A paged store reads checkpoints into a skeleton (its bodies to the page file).
-    let paged = pager.is_some();
-    let read_ckpt = |name: &str, p: Option<&mut Pager>| match paged {
-        true => reopen::read_skeleton(backend, name, p),
-        false => checkpoint::read(backend, name),
+    // A paged store reads a checkpoint into a skeleton (its bodies to the page file),
+    // unless the checkpoint fits the budget twice over: then it reads it whole, as an
+    // unpaged store does, and evicts later only if it must.
+    let budget = pager.as_ref().map(|p| p.budget);
+    let read_ckpt = |name: &str, p: Option<&mut Pager>| {
+        let fits = |b: u64| backend.file_len(name).is_ok_and(|l| l.saturating_mul(2) <= b);
+        match budget {
+            Some(b) if !fits(b) => reopen::read_skeleton(backend, name, p),
+            _ => checkpoint::read(backend, name),
+        }
     };
     let mut recovery = Recovery::default();
     let t = Instant::now();
