@@ -18,6 +18,8 @@
 //! after `p` (`clean_prefix`), because positions shift. [`Chunk::rehash`] recomputes only
 //! those. Callers guarantee a chunk in a tree is never empty.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::hash::{chunk_hash, chunk_node_hash, leaf_hash_of, Digest, Hasher, Key};
 
 /// Inserts `bytes` at `at`, shifting the tail (one `memmove`).
@@ -57,6 +59,10 @@ pub(crate) struct Chunk {
     touched: Vec<u32>,
     /// The chunk hash; `None` when anything above is stale.
     pub(crate) hash: Option<Digest>,
+    /// Where the store keeps this exact body on disk (0: nowhere yet). Set through a shared
+    /// reference by the store's checkpoint thread once the body is durable; cleared by
+    /// every edit, and a copy starts without one, so a location always names these bytes.
+    pub(crate) loc: AtomicU64,
 }
 
 /// Bytes rounded up to a size class: four classes per power of two above 64 bytes (the
@@ -103,6 +109,7 @@ impl Clone for Chunk {
             clean_prefix: self.clean_prefix,
             touched: self.touched.clone(),
             hash: self.hash,
+            loc: AtomicU64::new(0),
         }
     }
 }
@@ -135,6 +142,18 @@ impl Chunk {
         Chunk::default()
     }
 
+    /// Marks the hash stale and forgets the disk location: the body changed.
+    #[inline]
+    fn stale(&mut self) {
+        self.hash = None;
+        *self.loc.get_mut() = 0;
+    }
+
+    /// The disk location of this body, if it has one (see [`Chunk::loc`]).
+    pub(crate) fn location(&self) -> Option<u64> {
+        Some(self.loc.load(Ordering::Acquire)).filter(|&l| l != 0)
+    }
+
     /// Appends an entry whose key follows every key here (used when building).
     pub(crate) fn push(&mut self, key: &[u8], value: &[u8], leaf: Option<Digest>) {
         self.kbuf.extend_from_slice(key);
@@ -145,7 +164,7 @@ impl Chunk {
             kend: self.kbuf.len() as u32,
             leaf,
         });
-        self.hash = None;
+        self.stale();
     }
 
     /// Reserves room for `n` entries of about `bytes` key and value bytes in all.
@@ -228,7 +247,7 @@ impl Chunk {
         if i < self.clean_prefix {
             self.touched.push(i as u32);
         }
-        self.hash = None;
+        self.stale();
     }
 
     pub(crate) fn insert_at(&mut self, i: usize, key: &[u8], value: &[u8]) {
@@ -248,7 +267,7 @@ impl Chunk {
         };
         self.entries.insert(i, entry);
         self.clean_prefix = self.clean_prefix.min(i);
-        self.hash = None;
+        self.stale();
     }
 
     /// Removes entry `i` and returns its value.
@@ -263,7 +282,7 @@ impl Chunk {
             e.vend -= ve - vs;
         }
         self.clean_prefix = self.clean_prefix.min(i);
-        self.hash = None;
+        self.stale();
         old
     }
 
@@ -284,7 +303,7 @@ impl Chunk {
             ..Default::default()
         };
         self.clean_prefix = self.clean_prefix.min(at);
-        self.hash = None;
+        self.stale();
         moved
     }
 
@@ -309,7 +328,7 @@ impl Chunk {
             vend: e.vend + vbase,
             ..*e
         }));
-        self.hash = None;
+        self.stale();
     }
 
     /// Puts the entries of `other`, whose keys all precede this chunk's, in front.
@@ -430,6 +449,16 @@ impl Chunk {
         let h = chunk_hash::<H>(n as u32, &self.node_hash::<H>(0, n));
         self.hash = Some(h);
         h
+    }
+
+    /// Heap bytes held by this chunk (its buffers and itself), for cache budgets.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Chunk>()
+            + self.kbuf.capacity()
+            + self.vbuf.capacity()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.levels.capacity() * std::mem::size_of::<Digest>()
+            + self.touched.capacity() * 4
     }
 
     /// Bytes of keys and values, for statistics.

@@ -97,6 +97,10 @@ pub enum InputError {
     /// Chunk capacity outside [`crate::MIN_CAPACITY`]..=[`crate::MAX_CAPACITY`].
     #[error("chunk capacity {0} outside {min}..={max}", min = crate::MIN_CAPACITY, max = crate::MAX_CAPACITY)]
     Capacity(u32),
+    /// The operation needs chunk `index`, whose body is not in memory: load it first
+    /// (`Tree::page_in`). Nothing was changed.
+    #[error("chunk {index} is not resident: load it before this operation")]
+    NotResident { index: u64 },
 }
 
 /// Why a restore could not accept a chunk or finish.

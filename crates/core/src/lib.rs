@@ -10,7 +10,10 @@
 //! - [`Snapshot`]: an O(1) immutable version that serves proofs and chunks;
 //! - standalone verifiers that need only the root: [`verify_membership`],
 //!   [`verify_absence`], [`verify_range`], [`verify_chunk`];
-//! - [`Restore`]: rebuilds the identical tree from chunks verified in any order.
+//! - [`Restore`]: rebuilds the identical tree from chunks verified in any order;
+//! - paging: chunks whose bodies are absent (a skeleton of [`PageRef`]s), the queries that
+//!   say which an operation needs, and [`Tree::page_in`] verifying a [`Body`] against its
+//!   page — the caller does the I/O (`docs/design.md` §8.5.1).
 //!
 //! The byte formats, hash inputs and invariants are specified in `docs/design.md`.
 //!
@@ -32,13 +35,16 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod check;
 mod chunk;
 pub mod codec;
 mod error;
 pub mod hash;
 mod node;
+mod page;
 pub mod proof;
 mod restore;
+mod skeleton;
 mod snapshot;
 mod tree;
 
@@ -46,11 +52,13 @@ pub use error::{DecodeError, Error, InputError, ProofError, RestoreError};
 #[cfg(feature = "blake3")]
 pub use hash::Blake3;
 pub use hash::{Digest, Hasher, Key, Sha256, FORMAT_VERSION};
+pub use page::{Body, ChunkRef, Entry, PageError, PageRef};
 pub use proof::{
     verify_absence, verify_chunk, verify_chunk_unindexed, verify_membership, verify_range,
     VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange,
 };
 pub use restore::{Progress, Restore};
+pub use skeleton::{SkeletonEntry, SkeletonStats};
 pub use snapshot::{Iter, Snapshot};
 pub use tree::{Tree, TreeStats};
 

@@ -19,6 +19,25 @@ use crate::hash::{inner_hash, Digest, Hasher};
 pub(crate) enum Node {
     Inner(Arc<Inner>),
     Chunk(Arc<Chunk>),
+    /// A chunk whose body is not in memory (`docs/design.md` §8.5.1).
+    Paged(Arc<Page>),
+}
+
+/// What the skeleton keeps of an absent chunk: enough to hash, count, separate and search
+/// above it, and to find and verify its body.
+pub(crate) struct Page {
+    pub hash: Digest,
+    pub len: u32,
+    pub first: Box<[u8]>,
+    /// The store's location of the body (never 0).
+    pub loc: u64,
+}
+
+/// The leaf a descent ends at.
+#[derive(Clone, Copy)]
+pub(crate) enum Leaf<'a> {
+    Body(&'a Chunk),
+    Absent(&'a Page),
 }
 
 #[derive(Clone)]
@@ -67,7 +86,7 @@ impl Node {
     pub(crate) fn height(&self) -> u8 {
         match self {
             Node::Inner(i) => i.height,
-            Node::Chunk(_) => 0,
+            Node::Chunk(_) | Node::Paged(_) => 0,
         }
     }
 
@@ -76,6 +95,7 @@ impl Node {
         match self {
             Node::Inner(i) => i.key_count,
             Node::Chunk(c) => c.len() as u64,
+            Node::Paged(p) => p.len as u64,
         }
     }
 
@@ -83,7 +103,7 @@ impl Node {
     pub(crate) fn chunk_count(&self) -> u64 {
         match self {
             Node::Inner(i) => i.chunk_count,
-            Node::Chunk(_) => 1,
+            Node::Chunk(_) | Node::Paged(_) => 1,
         }
     }
 
@@ -91,6 +111,7 @@ impl Node {
         match self {
             Node::Inner(i) => i.hash,
             Node::Chunk(c) => c.hash,
+            Node::Paged(p) => Some(p.hash),
         }
     }
 
@@ -100,6 +121,7 @@ impl Node {
             match n {
                 Node::Inner(i) => n = &i.left,
                 Node::Chunk(c) => return c.first_key(),
+                Node::Paged(p) => return &p.first,
             }
         }
     }
@@ -107,7 +129,7 @@ impl Node {
     /// Walks down to a chunk, going left wherever `left` says so; returns the chunk, its
     /// index and the number of keys before it. Every search is this walk.
     #[inline]
-    fn descend(&self, mut left: impl FnMut(&Inner) -> bool) -> (&Chunk, u64, u64) {
+    pub(crate) fn descend(&self, mut left: impl FnMut(&Inner) -> bool) -> (Leaf<'_>, u64, u64) {
         let mut n = self;
         let (mut index, mut before) = (0, 0);
         loop {
@@ -118,13 +140,14 @@ impl Node {
                     before += x.left.key_count();
                     n = &x.right;
                 }
-                Node::Chunk(c) => return (c, index, before),
+                Node::Chunk(c) => return (Leaf::Body(c), index, before),
+                Node::Paged(p) => return (Leaf::Absent(p), index, before),
             }
         }
     }
 
     /// The chunk with index `i` and the number of keys before it.
-    pub(crate) fn chunk_at(&self, mut i: u64) -> (&Chunk, u64) {
+    pub(crate) fn chunk_at(&self, mut i: u64) -> (Leaf<'_>, u64) {
         let (c, _, before) = self.descend(|x| {
             let lc = x.left.chunk_count();
             i < lc || {
@@ -136,7 +159,7 @@ impl Node {
     }
 
     /// The chunk holding key number `k` (by order), its index and the keys before it.
-    pub(crate) fn locate(&self, mut k: u64) -> (&Chunk, u64, u64) {
+    pub(crate) fn locate(&self, mut k: u64) -> (Leaf<'_>, u64, u64) {
         self.descend(|x| {
             let lk = x.left.key_count();
             k < lk || {
@@ -148,21 +171,31 @@ impl Node {
 
     /// The chunk that holds or would hold `key`, its index and the keys before it.
     #[inline]
-    pub(crate) fn find(&self, key: &[u8]) -> (&Chunk, u64, u64) {
+    pub(crate) fn find(&self, key: &[u8]) -> (Leaf<'_>, u64, u64) {
         let p = key_prefix(key);
         self.descend(|x| x.goes_left(key, p))
     }
 
     /// Applies `f` to chunk `i`, keeping counts and separators right on the way back up.
     /// `front` says whether `f` may change the chunk's first key; `f` must leave the chunk
-    /// non-empty. Returns `f`'s result.
+    /// non-empty. Returns `f`'s result, or `None`, changing nothing, if chunk `i` is absent
+    /// (callers check residency before an edit, so that is a bug of theirs).
     pub(crate) fn update_chunk<R>(
         &mut self,
         i: u64,
         front: bool,
         f: impl FnOnce(&mut Chunk) -> R,
-    ) -> R {
-        self.update_chunk_inner(i, front, f).1
+    ) -> Option<R> {
+        if !self.is_resident(i) {
+            debug_assert!(false, "edit of absent chunk {i}");
+            return None;
+        }
+        Some(self.update_chunk_inner(i, front, f).1)
+    }
+
+    /// Whether chunk `i` has its body in memory.
+    pub(crate) fn is_resident(&self, i: u64) -> bool {
+        matches!(self.chunk_at(i).0, Leaf::Body(_))
     }
 
     fn update_chunk_inner<R>(
@@ -173,6 +206,8 @@ impl Node {
     ) -> (bool, R) {
         match self {
             Node::Chunk(c) => (front, f(Arc::make_mut(c))),
+            // Unreachable: `update_chunk` checked residency first. Leave it unchanged.
+            Node::Paged(_) => (false, f(&mut Chunk::new())),
             Node::Inner(x) => {
                 let x = Arc::make_mut(x);
                 let lc = x.left.chunk_count();
@@ -194,7 +229,7 @@ impl Node {
     /// Inserts `new` so that it becomes chunk `i + 1`.
     pub(crate) fn insert_chunk_after(&mut self, i: u64, new: Chunk) {
         match self {
-            Node::Chunk(_) => {
+            Node::Chunk(_) | Node::Paged(_) => {
                 let sep: Box<[u8]> = new.first_key().into();
                 let old = self.take();
                 *self = Node::join(sep, old, Node::chunk(new));
@@ -259,7 +294,7 @@ impl Node {
         if hl > hr + 1 {
             let lx = match &x.left {
                 Node::Inner(l) => l.left.height() < l.right.height(),
-                Node::Chunk(_) => false,
+                Node::Chunk(_) | Node::Paged(_) => false,
             };
             if lx {
                 Arc::make_mut(x).left.rotate_left();
@@ -268,7 +303,7 @@ impl Node {
         } else if hr > hl + 1 {
             let rx = match &x.right {
                 Node::Inner(r) => r.right.height() < r.left.height(),
-                Node::Chunk(_) => false,
+                Node::Chunk(_) | Node::Paged(_) => false,
             };
             if rx {
                 Arc::make_mut(x).right.rotate_right();
@@ -316,6 +351,7 @@ impl Node {
                 Some(h) => h,
                 None => Arc::make_mut(c).rehash::<H>(),
             },
+            Node::Paged(p) => p.hash,
             Node::Inner(x) => {
                 if let Some(h) = x.hash {
                     return h;
@@ -358,58 +394,6 @@ impl Node {
         let h = inner_hash::<H>(x.height, x.key_count, x.chunk_count, &l, &r);
         x.hash = Some(h);
         h
-    }
-
-    /// Checks every structural invariant of the subtree; returns its first key.
-    pub(crate) fn check<H: Hasher>(&self, capacity: usize, min_fill: usize) -> Result<(), String> {
-        match self {
-            Node::Chunk(c) => {
-                if c.len() == 0 || c.len() > capacity {
-                    return Err(format!("chunk of {} keys (capacity {capacity})", c.len()));
-                }
-                if c.len() < min_fill {
-                    return Err(format!(
-                        "chunk of {} keys below the fill floor {min_fill}",
-                        c.len()
-                    ));
-                }
-                c.check::<H>()
-            }
-            Node::Inner(x) => {
-                x.left.check::<H>(capacity, min_fill)?;
-                x.right.check::<H>(capacity, min_fill)?;
-                let (hl, hr) = (x.left.height(), x.right.height());
-                if hl.abs_diff(hr) > 1 || x.height != hl.max(hr) + 1 {
-                    return Err(format!("AVL violation: height {} over {hl}/{hr}", x.height));
-                }
-                if x.key_count != x.left.key_count() + x.right.key_count()
-                    || x.chunk_count != x.left.chunk_count() + x.right.chunk_count()
-                {
-                    return Err("counts are not the sums of the children's".into());
-                }
-                if *x.sep != *x.right.first_key() || x.sep_prefix != key_prefix(&x.sep) {
-                    return Err("separator is not the right subtree's first key".into());
-                }
-                if x.left.key(x.left.key_count() - 1) >= x.right.first_key() {
-                    return Err("subtrees out of order".into());
-                }
-                if let Some(h) = x.hash {
-                    let (Some(l), Some(r)) = (x.left.cached_hash(), x.right.cached_hash()) else {
-                        return Err("hashed node over an unhashed child".into());
-                    };
-                    if h != inner_hash::<H>(x.height, x.key_count, x.chunk_count, &l, &r) {
-                        return Err("cached inner hash is stale".into());
-                    }
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Key number `i` of the subtree (by order).
-    pub(crate) fn key(&self, i: u64) -> &[u8] {
-        let (c, _, before) = self.locate(i);
-        c.key((i - before) as usize)
     }
 }
 

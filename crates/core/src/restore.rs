@@ -112,7 +112,7 @@ impl<H: Hasher> Restore<H> {
     pub fn finish(self, empty_capacity: u32) -> Result<Tree<H>, RestoreError> {
         let Some((count, capacity)) = self.shape else {
             if root_hash::<H>(empty_capacity, &EMPTY_TOP) == self.root {
-                return Ok(Tree::from_root(None, empty_capacity));
+                return Ok(Tree::from_root(None, empty_capacity, false));
             }
             return Err(RestoreError::Inconsistent(
                 "no chunk received, and the root is not that of an empty tree",
@@ -122,46 +122,50 @@ impl<H: Hasher> Restore<H> {
             let first = self.missing().next().unwrap_or(0);
             return Err(RestoreError::Missing { missing: count - self.received, count, first });
         }
-        let mut spine: Vec<(u8, Box<[u8]>, Node)> = Vec::new();
-        let mut cur: Option<Node> = None;
-        for vc in self.chunks.into_iter().flatten() {
-            let h = vc.key_height;
-            let node = Node::Chunk(Arc::new(vc.chunk));
-            let Some(mut c) = cur.take() else {
-                if h != 0 {
-                    return Err(RestoreError::Inconsistent("first chunk has a key-height"));
-                }
-                cur = Some(node);
-                continue;
-            };
-            if h == 0 {
-                return Err(RestoreError::Inconsistent(
-                    "a chunk after the first has no key-height",
-                ));
-            }
-            while spine.last().is_some_and(|(sh, _, _)| *sh < h) {
-                let Some((sh, sep, left)) = spine.pop() else {
-                    break;
-                };
-                c = join_checked(sh, sep, left, c)?;
-            }
-            if spine.last().is_some_and(|(sh, _, _)| *sh == h) {
-                return Err(RestoreError::Inconsistent("two adjacent separators at one height"));
-            }
-            let sep: Box<[u8]> = node.first_key().into();
-            spine.push((h, sep, c));
-            cur = Some(node);
-        }
-        let mut c = cur.ok_or(RestoreError::Inconsistent("no chunks"))?;
-        while let Some((sh, sep, left)) = spine.pop() {
-            c = join_checked(sh, sep, left, c)?;
-        }
-        let mut tree = Tree::from_root(Some(c), capacity);
+        let items = self.chunks.into_iter().flatten();
+        let c = link(items.map(|vc| (vc.key_height, Node::Chunk(Arc::new(vc.chunk)))))?;
+        let mut tree = Tree::from_root(Some(c), capacity, false);
         if tree.root_hash() != self.root {
             return Err(RestoreError::Inconsistent("rebuilt root differs from the trusted root"));
         }
         Ok(tree)
     }
+}
+
+/// Links chunks given in order with their key-heights into the AVL tree (a Cartesian
+/// tree over chunk₀, node₁, chunk₁, …), checking that the heights give a balanced tree.
+pub(crate) fn link(items: impl Iterator<Item = (u8, Node)>) -> Result<Node, RestoreError> {
+    let mut spine: Vec<(u8, Box<[u8]>, Node)> = Vec::new();
+    let mut cur: Option<Node> = None;
+    for (h, node) in items {
+        let Some(mut c) = cur.take() else {
+            if h != 0 {
+                return Err(RestoreError::Inconsistent("first chunk has a key-height"));
+            }
+            cur = Some(node);
+            continue;
+        };
+        if h == 0 {
+            return Err(RestoreError::Inconsistent("a chunk after the first has no key-height"));
+        }
+        while spine.last().is_some_and(|(sh, _, _)| *sh < h) {
+            let Some((sh, sep, left)) = spine.pop() else {
+                break;
+            };
+            c = join_checked(sh, sep, left, c)?;
+        }
+        if spine.last().is_some_and(|(sh, _, _)| *sh == h) {
+            return Err(RestoreError::Inconsistent("two adjacent separators at one height"));
+        }
+        let sep: Box<[u8]> = node.first_key().into();
+        spine.push((h, sep, c));
+        cur = Some(node);
+    }
+    let mut c = cur.ok_or(RestoreError::Inconsistent("no chunks"))?;
+    while let Some((sh, sep, left)) = spine.pop() {
+        c = join_checked(sh, sep, left, c)?;
+    }
+    Ok(c)
 }
 
 fn join_checked(height: u8, sep: Box<[u8]>, left: Node, right: Node) -> Result<Node, RestoreError> {

@@ -10,7 +10,8 @@ use std::ops::Bound;
 
 use crate::chunk::Chunk;
 use crate::hash::{Digest, Hasher, Sha256};
-use crate::node::Node;
+use crate::node::{Leaf, Node};
+use crate::page::PageRef;
 use crate::tree::Tree;
 
 /// An immutable version of a tree: cheap to clone, safe to share between threads.
@@ -18,24 +19,21 @@ pub struct Snapshot<H: Hasher = Sha256> {
     pub(crate) root: Option<Node>,
     pub(crate) capacity: u32,
     root_hash: Digest,
+    /// Whether some chunk may be absent (§8.5.1).
+    pub(crate) paged: bool,
     _h: PhantomData<H>,
 }
 
 impl<H: Hasher> Snapshot<H> {
     /// Wraps a fully hashed root; `root_hash` must be its commitment.
-    pub(crate) fn new(root: Option<Node>, capacity: u32, root_hash: Digest) -> Self {
-        Snapshot { root, capacity, root_hash, _h: PhantomData }
+    pub(crate) fn new(root: Option<Node>, capacity: u32, root_hash: Digest, paged: bool) -> Self {
+        Snapshot { root, capacity, root_hash, paged, _h: PhantomData }
     }
 }
 
 impl<H: Hasher> Clone for Snapshot<H> {
     fn clone(&self) -> Self {
-        Snapshot {
-            root: self.root.clone(),
-            capacity: self.capacity,
-            root_hash: self.root_hash,
-            _h: PhantomData,
-        }
+        Snapshot::new(self.root.clone(), self.capacity, self.root_hash, self.paged)
     }
 }
 
@@ -59,8 +57,14 @@ impl<H: Hasher> Snapshot<H> {
     pub fn chunk_count(&self) -> u64 {
         self.view().chunk_count()
     }
+    /// The value of `key`; on a version with absent chunks `None` also means "not
+    /// resident": a paging caller uses [`Snapshot::try_get`].
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.view().get(key)
+    }
+    /// The value of `key`, or the absent chunk that holds the answer.
+    pub fn try_get(&self, key: &[u8]) -> Result<Option<&[u8]>, PageRef> {
+        self.view().try_get(key)
     }
     pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
         self.view().range(lo, hi)
@@ -73,7 +77,7 @@ impl<H: Hasher> Snapshot<H> {
     }
     /// A working tree starting from this version (O(1); copies on write).
     pub fn to_tree(&self) -> Tree<H> {
-        Tree::from_root(self.root.clone(), self.capacity)
+        Tree::from_root(self.root.clone(), self.capacity, self.paged)
     }
 }
 
@@ -93,33 +97,49 @@ impl<'a> View<'a> {
         self.root.map_or(0, Node::chunk_count)
     }
 
+    /// The value of `key`; `None` also when the key's chunk is absent (see `try_get`).
     pub(crate) fn get(&self, key: &[u8]) -> Option<&'a [u8]> {
-        let (c, _, _) = self.root?.find(key);
-        c.search(key).ok().map(|i| c.value(i))
+        self.try_get(key).ok().flatten()
     }
 
-    /// Global index of the first key not below `lo`.
-    pub(crate) fn lower_index(&self, lo: Bound<&[u8]>) -> u64 {
-        let Some(root) = self.root else { return 0 };
+    /// The value of `key`, or the absent chunk that would hold it.
+    pub(crate) fn try_get(&self, key: &[u8]) -> Result<Option<&'a [u8]>, PageRef> {
+        let Some(root) = self.root else { return Ok(None) };
+        match root.find(key) {
+            (Leaf::Body(c), _, _) => Ok(c.search(key).ok().map(|i| c.value(i))),
+            (Leaf::Absent(p), index, _) => Err(PageRef::new(p, index)),
+        }
+    }
+
+    /// Global index of the first key not below `lo`, or the absent chunk that decides it.
+    pub(crate) fn try_lower_index(&self, lo: Bound<&[u8]>) -> Result<u64, PageRef> {
+        let Some(root) = self.root else { return Ok(0) };
         match lo {
-            Bound::Unbounded => 0,
+            Bound::Unbounded => Ok(0),
             Bound::Included(k) | Bound::Excluded(k) => {
-                let (c, _, before) = root.find(k);
+                let (c, index, before) = root.find(k);
+                let c = match c {
+                    Leaf::Body(c) => c,
+                    Leaf::Absent(p) => return Err(PageRef::new(p, index)),
+                };
                 let i = match (c.search(k), lo) {
                     (Ok(i), Bound::Excluded(_)) => i + 1,
                     (Ok(i), _) | (Err(i), _) => i,
                 };
-                before + i as u64
+                Ok(before + i as u64)
             }
         }
     }
 
+    /// Entries in the bounds; the iteration stops early at an absent chunk (a paging
+    /// caller makes the range resident first: `absent_between`).
     pub(crate) fn range(&self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
-        let start = self.lower_index(lo);
         let mut it = Iter { root: self.root, chunk: None, chunk_index: 0, pos: 0, hi };
-        if let Some(root) = self.root {
-            if start < root.key_count() {
-                let (c, index, before) = root.locate(start);
+        let (Some(root), Ok(start)) = (self.root, self.try_lower_index(lo)) else {
+            return it;
+        };
+        if start < root.key_count() {
+            if let (Leaf::Body(c), index, before) = root.locate(start) {
                 it.chunk = Some(c);
                 it.chunk_index = index;
                 it.pos = (start - before) as usize;
@@ -159,8 +179,10 @@ impl<'a> Iterator for Iter<'a> {
             self.pos = 0;
             self.chunk_index += 1;
             let root = self.root?;
-            self.chunk =
-                (self.chunk_index < root.chunk_count()).then(|| root.chunk_at(self.chunk_index).0);
+            self.chunk = match root.chunk_at(self.chunk_index).0 {
+                Leaf::Body(c) if self.chunk_index < root.chunk_count() => Some(c),
+                _ => None,
+            };
         }
         Some(item)
     }

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use crate::chunk::{key_prefix, Chunk};
 use crate::error::InputError;
 use crate::hash::{check_key, root_hash, Digest, Hasher, Sha256, EMPTY_TOP};
-use crate::node::Node;
+use crate::node::{Leaf, Node};
+use crate::page::PageRef;
 use crate::snapshot::{Iter, Snapshot, View};
 use crate::{DEFAULT_CAPACITY, MAX_CAPACITY, MAX_VALUE_LEN, MIN_CAPACITY};
 
@@ -41,12 +42,14 @@ use crate::{DEFAULT_CAPACITY, MAX_CAPACITY, MAX_VALUE_LEN, MIN_CAPACITY};
 pub struct Tree<H: Hasher = Sha256> {
     pub(crate) root: Option<Node>,
     pub(crate) capacity: u32,
+    /// Whether some chunk may be absent (§8.5.1): only then do edits check residency.
+    pub(crate) paged: bool,
     _h: PhantomData<H>,
 }
 
 impl<H: Hasher> Clone for Tree<H> {
     fn clone(&self) -> Self {
-        Tree { root: self.root.clone(), capacity: self.capacity, _h: PhantomData }
+        Tree::from_root(self.root.clone(), self.capacity, self.paged)
     }
 }
 
@@ -60,6 +63,7 @@ enum Put {
     /// Whether the key was new.
     Done(bool),
     Full(u64),
+    Absent(u64),
 }
 
 fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
@@ -73,7 +77,7 @@ fn check_entry(key: &[u8], value: &[u8]) -> Result<(), InputError> {
 impl Tree<Sha256> {
     /// An empty SHA-256 tree with the default chunk capacity.
     pub fn new() -> Self {
-        Tree { root: None, capacity: DEFAULT_CAPACITY, _h: PhantomData }
+        Tree::from_root(None, DEFAULT_CAPACITY, false)
     }
 
     /// An empty SHA-256 tree whose chunks hold up to `capacity` keys
@@ -89,11 +93,11 @@ impl<H: Hasher> Tree<H> {
         if !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
             return Err(InputError::Capacity(capacity));
         }
-        Ok(Tree { root: None, capacity, _h: PhantomData })
+        Ok(Tree::from_root(None, capacity, false))
     }
 
-    pub(crate) fn from_root(root: Option<Node>, capacity: u32) -> Self {
-        Tree { root, capacity, _h: PhantomData }
+    pub(crate) fn from_root(root: Option<Node>, capacity: u32, paged: bool) -> Self {
+        Tree { root, capacity, paged, _h: PhantomData }
     }
 
     /// The chunk capacity chosen at creation.
@@ -120,12 +124,19 @@ impl<H: Hasher> Tree<H> {
         self.view().chunk_count()
     }
 
-    /// The value of `key`, if present.
+    /// The value of `key`, if present. On a tree with absent chunks (§8.5.1) `None` also
+    /// means "not resident": a paging caller uses [`Tree::try_get`].
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.view().get(key)
     }
 
-    /// Entries with keys in the given bounds, in key order.
+    /// The value of `key`, or the absent chunk that holds the answer.
+    pub fn try_get(&self, key: &[u8]) -> Result<Option<&[u8]>, PageRef> {
+        self.view().try_get(key)
+    }
+
+    /// Entries with keys in the given bounds, in key order (stopping early at an absent
+    /// chunk: a paging caller makes the range resident first).
     pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
         self.view().range(lo, hi)
     }
@@ -141,8 +152,16 @@ impl<H: Hasher> Tree<H> {
 
     /// Inserts or replaces; returns `true` if the key was new. A refused key or value
     /// leaves the tree unchanged.
+    ///
+    /// On a tree with absent chunks, an insert that needs one is refused with
+    /// [`InputError::NotResident`] before anything changes ([`Tree::absent_for_insert`]).
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, InputError> {
         check_entry(key, value)?;
+        if self.paged {
+            if let Some(p) = self.absent_for_insert(key).into_iter().next() {
+                return Err(p.not_resident());
+            }
+        }
         let cap = self.capacity as usize;
         for attempt in 0.. {
             debug_assert!(attempt < 2, "make_room left no room");
@@ -155,28 +174,48 @@ impl<H: Hasher> Tree<H> {
             match put(root, key, key_prefix(key), value, cap, 0) {
                 Put::Done(new) => return Ok(new),
                 Put::Full(i) => self.make_room(i),
+                Put::Absent(index) => return Err(InputError::NotResident { index }),
             }
         }
         unreachable!("the loop above only ends by returning")
     }
 
-    /// Removes `key`; returns its value if it was present.
+    /// Removes `key`; returns its value if it was present. On a tree with absent chunks
+    /// `None` also means "not resident", with nothing changed: use [`Tree::try_remove`].
     pub fn remove(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        self.try_remove(key).ok().flatten()
+    }
+
+    /// Removes `key`; returns its value if it was present, or refuses, changing nothing,
+    /// when a chunk the removal needs is absent ([`Tree::absent_for_remove`]).
+    pub fn try_remove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, InputError> {
+        if self.paged {
+            if let Some(p) = self.absent_for_remove(key).into_iter().next() {
+                return Err(p.not_resident());
+            }
+        }
+        Ok(self.remove_resident(key))
+    }
+
+    fn remove_resident(&mut self, key: &[u8]) -> Option<Vec<u8>> {
         let root = self.root.as_mut()?;
-        let (chunk, index, _) = root.find(key);
+        let (Leaf::Body(chunk), index, _) = root.find(key) else { return None };
         let pos = chunk.search(key).ok()?;
         let (old, len) = root.update_chunk(index, pos == 0, |c| {
             let old = c.remove_at(pos);
             (old, c.len())
-        });
+        })?;
         if len < self.min_fill() {
             self.fix_underflow(index, len);
         }
         Some(old)
     }
 
-    fn chunk_len(&self, i: u64) -> usize {
-        self.root.as_ref().map_or(0, |r| r.chunk_at(i).0.len())
+    pub(crate) fn chunk_len(&self, i: u64) -> usize {
+        self.root.as_ref().map_or(0, |r| match r.chunk_at(i).0 {
+            Leaf::Body(c) => c.len(),
+            Leaf::Absent(p) => p.len as usize,
+        })
     }
 
     /// Makes room in full chunk `i`.
@@ -197,7 +236,10 @@ impl<H: Hasher> Tree<H> {
             Some((start, len)) if len + 2 <= cap => self.even_out(start),
             _ => {
                 let Some(root) = self.root.as_mut() else { return };
-                let back = root.update_chunk(i, false, |c| c.split_off_back(cap - cap / 2));
+                let Some(back) = root.update_chunk(i, false, |c| c.split_off_back(cap - cap / 2))
+                else {
+                    return;
+                };
                 root.insert_chunk_after(i, back);
                 let mut sizes: Vec<usize> = left.into_iter().collect();
                 sizes.extend([cap / 2, cap - cap / 2]);
@@ -243,10 +285,10 @@ impl<H: Hasher> Tree<H> {
             return;
         }
         if rightward {
-            let moved = root.update_chunk(i, false, |c| c.split_off_back(k));
-            root.update_chunk(i + 1, true, |c| c.prepend(moved));
-        } else {
-            let moved = root.update_chunk(i + 1, true, |c| c.split_off_front(k));
+            if let Some(moved) = root.update_chunk(i, false, |c| c.split_off_back(k)) {
+                root.update_chunk(i + 1, true, |c| c.prepend(moved));
+            }
+        } else if let Some(moved) = root.update_chunk(i + 1, true, |c| c.split_off_front(k)) {
             root.update_chunk(i, false, |c| c.append(&moved));
         }
     }
@@ -289,7 +331,7 @@ impl<H: Hasher> Tree<H> {
     /// the rehash, shares every node with the tree.
     pub fn snapshot(&mut self) -> Snapshot<H> {
         let root_hash = self.root_hash();
-        Snapshot::new(self.root.clone(), self.capacity, root_hash)
+        Snapshot::new(self.root.clone(), self.capacity, root_hash, self.paged)
     }
 
     /// Checks every invariant of the structure and of the cached hashes.
@@ -300,7 +342,8 @@ impl<H: Hasher> Tree<H> {
         root.check::<H>(self.capacity as usize, floor)
     }
 
-    /// Chunk count and key count, and the payload bytes (keys plus values).
+    /// Chunk count and key count, and the payload bytes (keys plus values) of the resident
+    /// chunks.
     pub fn stats(&self) -> TreeStats {
         let mut s = TreeStats {
             keys: self.len(),
@@ -311,7 +354,9 @@ impl<H: Hasher> Tree<H> {
         };
         if let Some(r) = &self.root {
             for i in 0..s.chunks {
-                s.payload_bytes += r.chunk_at(i).0.payload_bytes() as u64;
+                if let Leaf::Body(c) = r.chunk_at(i).0 {
+                    s.payload_bytes += c.payload_bytes() as u64;
+                }
             }
         }
         s
@@ -353,6 +398,7 @@ fn put(node: &mut Node, key: &[u8], prefix: u64, value: &[u8], cap: usize, index
                 Put::Done(true)
             }
         },
+        Node::Paged(_) => Put::Absent(index),
         Node::Inner(x) => {
             let go_left = x.goes_left(key, prefix);
             let lc = x.left.chunk_count();

@@ -143,7 +143,7 @@ pub fn check(backend: &dyn Backend) -> Result<CheckReport, StoreError> {
     // The whole chain, as opening would rebuild it, unless a file is already known bad.
     if report.problems.is_empty() {
         let opts = Options { keep_recent: 1, ..Options::default() };
-        match recover(backend, &opts, true) {
+        match recover(backend, &opts, true, None) {
             Ok(mut o) => {
                 report.problems.extend(o.recovery.older_checkpoint_damage.clone());
                 if o.recovery.older_checkpoint_damage.is_none() {

@@ -16,6 +16,7 @@ use crate::backend::{Backend, WriteFile};
 use crate::error::{IoContext, StoreError};
 use crate::meta::{checkpoint_name, TMP_SUFFIX};
 use crate::pace::{Pacer, SLICE_BYTES};
+use crate::paging::PageSet;
 
 const MAGIC: &[u8; 8] = b"BAVLCKP1";
 const END_MAGIC: &[u8; 8] = b"BAVLEND1";
@@ -145,7 +146,20 @@ pub fn write(
     stop: &AtomicBool,
     pacer: Option<&Pacer>,
 ) -> Result<Option<CheckpointReport>, StoreError> {
-    write_with_lead(backend, version, snap, stop, pacer, MAX_LEAD)
+    write_with_lead(backend, version, snap, stop, pacer, MAX_LEAD, None)
+}
+
+/// [`write`] of a paged store's version: its absent chunks are read back from `pages`
+/// (each verified against its page) as they are exported.
+pub(crate) fn write_paged(
+    backend: &dyn Backend,
+    version: u64,
+    snap: Snapshot,
+    stop: &AtomicBool,
+    pacer: Option<&Pacer>,
+    pages: Option<&PageSet>,
+) -> Result<Option<CheckpointReport>, StoreError> {
+    write_with_lead(backend, version, snap, stop, pacer, MAX_LEAD, pages)
 }
 
 fn write_with_lead(
@@ -155,6 +169,7 @@ fn write_with_lead(
     stop: &AtomicBool,
     pacer: Option<&Pacer>,
     lead: u64,
+    pages: Option<&PageSet>,
 ) -> Result<Option<CheckpointReport>, StoreError> {
     let start = Instant::now();
     let name = checkpoint_name(version);
@@ -180,7 +195,19 @@ fn write_with_lead(
         }
         let at = buf.len();
         buf.extend_from_slice(&[0; 4]);
-        assert!(snap.export_chunk_into(i, &mut buf), "index below the chunk count");
+        let loaded;
+        let from = match pages.and_then(|pf| Some((pf, snap.absent_chunk(i)?))) {
+            Some((pf, page)) => {
+                loaded = pf.materialize(&snap, &[page])?;
+                &loaded
+            }
+            None => &snap,
+        };
+        if !from.export_chunk_into(i, &mut buf) {
+            return Err(StoreError::InvalidOption(format!(
+                "chunk {i} of version {version} is not in memory and there is no page file"
+            )));
+        }
         let len = (buf.len() - at - 4) as u32;
         buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
         if buf.len() as u64 >= SLICE_BYTES {
@@ -290,6 +317,33 @@ fn parse_header(h: &[u8; HEADER_LEN]) -> Option<Header> {
 /// they arrived): each one's index is derived from its proof, and a duplicate is
 /// `Corrupted` like a missing one.
 pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreError> {
+    let mut restore = None;
+    let header = read_chunks(backend, name, |header, verified, offset, i| {
+        let r = restore.get_or_insert_with(|| Restore::<Sha256>::new(header.root));
+        r.add_verified(verified)
+            .map(drop)
+            .map_err(|e| StoreError::corrupted(name, offset, format!("chunk record {i}: {e}")))
+    })?;
+    let restore = restore.unwrap_or_else(|| Restore::<Sha256>::new(header.root));
+    let corrupt = |offset: u64, what: &str| StoreError::corrupted(name, offset, what.to_string());
+    let mut tree = restore
+        .finish(header.capacity)
+        .map_err(|e| corrupt(HEADER_LEN as u64, &format!("rebuilding: {e}")))?;
+    if tree.capacity() != header.capacity || tree.len() != header.keys {
+        return Err(corrupt(0, "header's capacity or key count differs from the chunks"));
+    }
+    debug_assert_eq!(tree.root_hash(), header.root);
+    Ok((header, tree))
+}
+
+/// Reads checkpoint `name` record by record: the header, every chunk verified against
+/// the header's root and handed to `each` (with its offset and record number), the
+/// trailer. Any mismatch, truncation or malformation is `Corrupted`.
+pub(crate) fn read_chunks(
+    backend: &dyn Backend,
+    name: &str,
+    mut each: impl FnMut(&Header, bavl_core::VerifiedChunk, u64, u64) -> Result<(), StoreError>,
+) -> Result<Header, StoreError> {
     let len = backend.file_len(name).ctx(|| format!("reading {name}"))?;
     let r = backend.open_read(name).ctx(|| format!("opening {name}"))?;
     let mut r = io::BufReader::with_capacity(1 << 20, r);
@@ -307,7 +361,6 @@ pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreEr
     }
     let header = parse_header(&h)
         .ok_or_else(|| corrupt(HEADER_LEN as u64 - 4, "checkpoint header checksum mismatch"))?;
-    let mut restore = Restore::<Sha256>::new(header.root);
     let mut offset = HEADER_LEN as u64;
     let mut chunk = Vec::new();
     for i in 0..header.chunks {
@@ -321,9 +374,7 @@ pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreEr
         read_exact(&mut chunk, offset + 4)?;
         let verified = bavl_core::verify_chunk_unindexed::<Sha256>(&header.root, &chunk)
             .map_err(|e| corrupt(offset + 4, &format!("chunk record {i}: {e}")))?;
-        restore
-            .add_verified(verified)
-            .map_err(|e| corrupt(offset + 4, &format!("chunk record {i}: {e}")))?;
+        each(&header, verified, offset + 4, i)?;
         offset += 4 + clen;
     }
     let mut t = [0u8; TRAILER_LEN];
@@ -337,14 +388,7 @@ pub fn read(backend: &dyn Backend, name: &str) -> Result<(Header, Tree), StoreEr
     if offset + TRAILER_LEN as u64 != len {
         return Err(corrupt(offset + TRAILER_LEN as u64, "bytes after the trailer"));
     }
-    let mut tree = restore
-        .finish(header.capacity)
-        .map_err(|e| corrupt(HEADER_LEN as u64, &format!("rebuilding: {e}")))?;
-    if tree.capacity() != header.capacity || tree.len() != header.keys {
-        return Err(corrupt(0, "header's capacity or key count differs from the chunks"));
-    }
-    debug_assert_eq!(tree.root_hash(), header.root);
-    Ok((header, tree))
+    Ok(header)
 }
 
 #[cfg(test)]

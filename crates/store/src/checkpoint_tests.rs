@@ -119,7 +119,7 @@ fn paced(t: &mut Tree, lead: u64) -> (Vec<Event>, Vec<u8>) {
     activity.set_oldest(3);
     let pacer = Pacer::new(activity, CheckpointPace::default(), 1 << 30);
     let never = AtomicBool::new(false);
-    write_with_lead(&b, 3, t.snapshot(), &never, Some(&pacer), lead).unwrap().unwrap();
+    write_with_lead(&b, 3, t.snapshot(), &never, Some(&pacer), lead, None).unwrap().unwrap();
     let file = b.0.get(&checkpoint_name(3)).unwrap();
     let events = std::mem::take(&mut *b.1.lock().unwrap());
     (events, file)

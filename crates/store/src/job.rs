@@ -51,6 +51,7 @@ impl Store {
         let flag = stop.clone();
         let activity = self.activity.clone();
         let head_mark = self.head_mark.clone();
+        let pages = self.pager.as_ref().map(|p| p.files.clone());
         // Spread over as much log as was written since the last checkpoint (with the
         // `Auto` policy, what made this one due): it then ends well before the next.
         self.activity.urgent.store(false, Ordering::Relaxed);
@@ -60,8 +61,14 @@ impl Store {
             .name("bavl-checkpoint".into())
             .spawn(move || {
                 background_priority();
-                let Some(report) =
-                    checkpoint::write(&*backend, version, snap, &flag, Some(&pacer))?
+                let Some(report) = checkpoint::write_paged(
+                    &*backend,
+                    version,
+                    snap,
+                    &flag,
+                    Some(&pacer),
+                    pages.as_ref(),
+                )?
                 else {
                     return Ok(None);
                 };

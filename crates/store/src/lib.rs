@@ -17,7 +17,9 @@
 //! newest one and so rebuilds more of the retained versions (verifying every chunk against
 //! its root), replays the log after it (checking every recorded root), discards a record
 //! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`]. The
-//! live state and the retained versions are held in memory. The directory itself is
+//! live state and the retained versions are held in memory, unless
+//! [`Options::cache_bytes`] pages chunk bodies out to a scratch page file and back,
+//! verified, as operations need them (`docs/design.md` §8.5.1). The directory itself is
 //! locked: exclusively by a writer, which stops writing if the path stops naming it,
 //! shared by [`Options::read_only`] readers, which change nothing on disk. Only an empty
 //! directory becomes a new store. Formats and reasons: `docs/design.md` §8.
@@ -48,6 +50,7 @@ mod blame;
 pub mod check;
 pub mod checkpoint;
 mod cleanup;
+mod compact;
 mod create;
 mod error;
 mod job;
@@ -56,6 +59,8 @@ pub mod meta;
 mod open;
 mod options;
 pub mod pace;
+mod paging;
+mod reopen;
 pub mod wal;
 
 use std::collections::BTreeMap;
@@ -77,6 +82,8 @@ use options::Reclaimer;
 pub use options::{CheckpointPolicy, CommitTiming, Options, Reclaim, StoreStats};
 use pace::Activity;
 pub use pace::CheckpointPace;
+use paging::Pager;
+pub use paging::{OwnedEntry, PagingStats};
 
 /// A durable, versioned key-value store. See the crate documentation.
 pub struct Store {
@@ -105,6 +112,8 @@ pub struct Store {
     recovery: Recovery,
     reclaimer: Reclaimer,
     activity: Arc<Activity>,
+    /// The page file and cache budget, when paging is on.
+    pager: Option<Pager>,
 }
 
 impl Store {
@@ -116,6 +125,11 @@ impl Store {
         let backend =
             if opts.read_only { DirBackend::open_read_only(dir) } else { DirBackend::open(dir) };
         let backend = backend.ctx(|| format!("opening the store at {}", dir.display()))?;
+        let mut opts = opts;
+        // A read-only open writes nothing into the store's directory, not even there.
+        if opts.cache_bytes.is_some() && opts.page_dir.is_none() && !opts.read_only {
+            opts.page_dir = Some(dir.to_path_buf());
+        }
         Self::open_backend(Arc::new(backend), opts)
     }
 
@@ -124,7 +138,8 @@ impl Store {
         if opts.keep_recent == 0 {
             return Err(StoreError::InvalidOption("keep_recent must be at least 1".into()));
         }
-        let o = open::recover(&*backend, &opts, opts.read_only)?;
+        let mut pager = Pager::for_options(&opts)?;
+        let o = open::recover(&*backend, &opts, opts.read_only, pager.as_mut())?;
         let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
         let temporary = o.temporary;
         let mut store = Store {
@@ -150,8 +165,13 @@ impl Store {
             reclaimer: Reclaimer::start(opts.reclaim),
             activity: Activity::new(),
             opts,
+            pager,
         };
         store.retain();
+        if let Some(p) = &mut store.pager {
+            store.tree.root_hash();
+            p.evict(&mut store.tree)?;
+        }
         if !store.opts.read_only {
             // What a crash left of a cleanup goes now, while its renamed files still show
             // that it was one (`bavl check` reports such files as damage otherwise): the
@@ -193,7 +213,8 @@ impl Store {
         self.tree.capacity()
     }
 
-    /// Reads the working state (committed versions plus uncommitted changes).
+    /// Reads the working state (committed versions plus uncommitted changes). With
+    /// paging on, `None` also means "not in memory": use [`Store::read`].
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.tree.get(key)
     }
@@ -215,6 +236,10 @@ impl Store {
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         self.writable()?;
         self.record.check_room(key, value.len())?;
+        if let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) {
+            let needs = self.tree.absent_for_insert(key);
+            p.load(&mut self.tree, needs)?;
+        }
         let new = self.tree.insert(key, value)?;
         self.record.put(key, value);
         self.activity.touch();
@@ -225,7 +250,11 @@ impl Store {
     pub fn remove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.writable()?;
         self.record.check_room(key, 0)?;
-        let old = self.tree.remove(key);
+        if let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) {
+            let needs = self.tree.absent_for_remove(key);
+            p.load(&mut self.tree, needs)?;
+        }
+        let old = self.tree.try_remove(key)?;
         if old.is_some() {
             self.record.delete(key);
         }
@@ -259,7 +288,9 @@ impl Store {
         self.activity.logged(log_bytes);
         self.head = version;
         self.head_root = root;
+        let paged = self.page_out(version);
         self.versions.insert(version, self.tree.snapshot());
+        paged?;
         self.retain();
         self.clean_up()?;
         if let CheckpointPolicy::Auto { log_ratio, min_log_bytes } = self.opts.checkpoint {
@@ -330,7 +361,11 @@ impl Store {
             }
             self.reclaimer.release(entry.remove());
         }
-        self.activity.set_oldest(self.oldest_retained());
+        let oldest = self.oldest_retained();
+        if let Some(p) = &mut self.pager {
+            p.retire(oldest);
+        }
+        self.activity.set_oldest(oldest);
     }
 
     fn retain(&mut self) {
@@ -381,6 +416,7 @@ impl Store {
         s.space_efficiency = tree.space_efficiency();
         s.last_checkpoint = self.last_checkpoint.map(|(v, _)| v);
         s.checkpoint_running = self.job.as_ref().map(|j| j.version);
+        s.paging = self.pager.as_ref().map(|p| p.stats);
         let mut names = self.backend.list().ctx(|| "listing the store".into())?;
         names.sort();
         for name in names {

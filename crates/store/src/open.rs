@@ -11,8 +11,9 @@ use crate::blame::{check_capacity, check_head, gap, two_histories};
 use crate::check::{problem, Problem};
 use crate::error::{IoContext, StoreError};
 use crate::meta::{self, classify, is_own_temporary, wal_name, FileKind, Meta};
+use crate::paging::Pager;
 use crate::wal::{self, Next, SegmentReader};
-use crate::{checkpoint, Options};
+use crate::{checkpoint, reopen, Options};
 
 /// What opening the store found and did.
 #[derive(Debug, Clone, Default)]
@@ -134,6 +135,7 @@ pub(crate) fn recover(
     backend: &dyn Backend,
     opts: &Options,
     read_only: bool,
+    mut pager: Option<&mut Pager>,
 ) -> Result<Opened, StoreError> {
     let l = list(backend)?;
     let meta = if read_only { meta::read_meta(backend)? } else { meta_for(backend, &l, opts)? };
@@ -152,13 +154,15 @@ pub(crate) fn recover(
         _ => None,
     };
     let mut skipped = None;
-    let rebuilt = match before.map(|base| rebuild(backend, &l, &meta, opts, Some(base), newest)) {
+    let first = before
+        .map(|base| rebuild(backend, &l, &meta, opts, Some(base), newest, pager.as_deref_mut()));
+    let rebuilt = match first {
         Some(Ok(r)) => r,
         Some(Err(e)) => {
             skipped = Some(e);
-            rebuild(backend, &l, &meta, opts, newest, newest)?
+            rebuild(backend, &l, &meta, opts, newest, newest, pager)?
         }
-        None => rebuild(backend, &l, &meta, opts, newest, newest)?,
+        None => rebuild(backend, &l, &meta, opts, newest, newest, pager)?,
     };
     let Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, mut recovery } =
         rebuilt;
@@ -258,7 +262,19 @@ fn rebuild(
     opts: &Options,
     base: Option<u64>,
     newest: Option<u64>,
+    mut pager: Option<&mut Pager>,
 ) -> Result<Rebuilt, StoreError> {
+    // A paged store reads a checkpoint into a skeleton (its bodies to the page file),
+    // unless the checkpoint fits the budget twice over: then it reads it whole, as an
+    // unpaged store does, and evicts later only if it must.
+    let budget = pager.as_ref().map(|p| p.budget);
+    let read_ckpt = |name: &str, p: Option<&mut Pager>| {
+        let fits = |b: u64| backend.file_len(name).is_ok_and(|l| l.saturating_mul(2) <= b);
+        match budget {
+            Some(b) if !fits(b) => reopen::read_skeleton(backend, name, p),
+            _ => checkpoint::read(backend, name),
+        }
+    };
     let mut recovery = Recovery::default();
     let t = Instant::now();
     // The later checkpoint the replay must pass through: read whole first (so damage to
@@ -266,7 +282,7 @@ fn rebuild(
     let through = match newest.filter(|&n| Some(n) > base) {
         Some(n) => {
             let name = meta::checkpoint_name(n);
-            let (header, _) = checkpoint::read(backend, &name)?;
+            let (header, _) = read_ckpt(&name, None)?;
             if header.version != n || header.capacity != meta.capacity {
                 return Err(StoreError::corrupted(&name, 0, "header disagrees with name or meta"));
             }
@@ -277,7 +293,7 @@ fn rebuild(
     let (mut tree, base) = match base {
         Some(v) => {
             let name = meta::checkpoint_name(v);
-            let (header, tree) = checkpoint::read(backend, &name)?;
+            let (header, tree) = read_ckpt(&name, pager.as_deref_mut())?;
             if header.version != v || header.capacity != meta.capacity {
                 return Err(StoreError::corrupted(&name, 0, "header disagrees with name or meta"));
             }
@@ -334,15 +350,22 @@ fn rebuild(
                     }
                     let first_after_checkpoint =
                         version == base + 1 && recovery.checkpoint.is_some();
-                    let (root, _) = match wal::apply(&mut tree, &body, &name, offset) {
-                        // A delete of a key the checkpoint does not have: as a wrong root.
-                        Err(StoreError::Corrupted { what, .. })
-                            if first_after_checkpoint && what == wal::ABSENT_DELETE =>
-                        {
-                            return Err(two_histories(backend, l, base, &name, offset, &through));
-                        }
-                        r => r?,
+                    let mut load = |t: &mut Tree, needs| match pager.as_deref_mut() {
+                        Some(p) => p.load(t, needs),
+                        None => Ok(()),
                     };
+                    let (root, _) =
+                        match wal::apply_loading(&mut tree, &body, &name, offset, &mut load) {
+                            // A delete of a key the checkpoint does not have: as a wrong root.
+                            Err(StoreError::Corrupted { what, .. })
+                                if first_after_checkpoint && what == wal::ABSENT_DELETE =>
+                            {
+                                return Err(two_histories(
+                                    backend, l, base, &name, offset, &through,
+                                ));
+                            }
+                            r => r?,
+                        };
                     let actual = tree.root_hash();
                     if actual != root && first_after_checkpoint {
                         return Err(two_histories(backend, l, base, &name, offset, &through));
@@ -368,6 +391,9 @@ fn rebuild(
                     }
                     head = version;
                     head_root = root;
+                    if let Some(p) = pager.as_deref_mut() {
+                        p.evict(&mut tree)?;
+                    }
                     versions.insert(version, tree.snapshot());
                     while versions.len() as u64 > keep {
                         versions.pop_first();

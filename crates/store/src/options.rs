@@ -63,6 +63,19 @@ pub struct Options {
     /// [`StoreError::ReadOnly`]; a record cut short at the end of the log is skipped, not
     /// discarded, and left-over temporary files stay.
     pub read_only: bool,
+    /// Page the state (`docs/design.md` §8.5.1): after every commit, the working tree's
+    /// chunk bodies beyond this many heap bytes are evicted (written to a nameless page
+    /// file first if they have never been) and read back, verified, when an operation
+    /// needs them. `None`: everything stays in memory (the default, and as fast as
+    /// before). Retained versions keep the bodies they shared until pruned, so the bodies
+    /// in memory are bounded by about `keep_recent` times this budget in the worst case.
+    /// With paging on, read with [`crate::Store::read`] and [`crate::Store::load_pages`]:
+    /// [`crate::Store::get`] and plain snapshot reads do not load.
+    pub cache_bytes: Option<u64>,
+    /// Where the page file goes (`None`: the store's directory with [`crate::Store::open`],
+    /// the system's temporary directory with [`crate::Store::open_backend`] or a
+    /// read-only open).
+    pub page_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -75,6 +88,8 @@ impl Default for Options {
             reclaim: Reclaim::default(),
             head_interval: Some(Duration::from_secs(1)),
             read_only: false,
+            cache_bytes: None,
+            page_dir: None,
         }
     }
 }
@@ -116,6 +131,8 @@ pub struct StoreStats {
     /// The newest finished checkpoint's version.
     pub last_checkpoint: Option<u64>,
     pub checkpoint_running: Option<u64>,
+    /// The pager's counters, when paging is on ([`Options::cache_bytes`]).
+    pub paging: Option<crate::PagingStats>,
 }
 
 /// Frees pruned versions: inline, or on a thread of its own ([`Reclaim`]) so releasing the

@@ -3,7 +3,7 @@
 
 use std::io::{self, Read};
 
-use bavl_core::{Digest, InputError, Tree, MAX_KEY_LEN, MAX_VALUE_LEN};
+use bavl_core::{Digest, InputError, PageRef, Tree, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 use crate::error::StoreError;
 
@@ -239,6 +239,21 @@ pub fn apply(
     name: &str,
     offset: u64,
 ) -> Result<(Digest, u32), StoreError> {
+    apply_loading(tree, body, name, offset, &mut |_, _| Ok(()))
+}
+
+/// Makes the chunks of a list resident in a tree (the paged store's loader).
+pub(crate) type Loader<'a> = dyn FnMut(&mut Tree, Vec<PageRef>) -> Result<(), StoreError> + 'a;
+
+/// [`apply`] on a tree that may have absent chunks: `load` makes the chunks each
+/// operation needs resident before it is applied (`docs/design.md` §8.5.1).
+pub(crate) fn apply_loading(
+    tree: &mut Tree,
+    body: &[u8],
+    name: &str,
+    offset: u64,
+    load: &mut Loader<'_>,
+) -> Result<(Digest, u32), StoreError> {
     let bad = |what: &str| StoreError::corrupted(name, offset, what.to_string());
     let root: Digest = body[..32].try_into().map_err(|_| bad("short body"))?;
     let count = u32::from_le_bytes(body[32..36].try_into().map_err(|_| bad("short body"))?);
@@ -262,12 +277,21 @@ pub fn apply(
                     return Err(bad("value length out of bounds"));
                 }
                 let value = take(&mut p, vlen)?;
+                if tree.is_paged() {
+                    let needs = tree.absent_for_insert(key);
+                    load(tree, needs)?;
+                }
                 tree.insert(key, value).map_err(|e: InputError| bad(&e.to_string()))?;
             }
             OP_DELETE => {
                 // The store logs a delete only of a key that was present (`Store::remove`);
                 // a delete of an absent key is not a record it writes.
-                if tree.remove(key).is_none() {
+                if tree.is_paged() {
+                    let needs = tree.absent_for_remove(key);
+                    load(tree, needs)?;
+                }
+                let removed = tree.try_remove(key).map_err(|e| bad(&e.to_string()))?;
+                if removed.is_none() {
                     return Err(bad(ABSENT_DELETE));
                 }
             }

@@ -16,8 +16,19 @@ use common::TempDir;
 const SEED: u64 = 5;
 const POLICY: CheckpointPolicy = CheckpointPolicy::Auto { log_ratio: 0.5, min_log_bytes: 2048 };
 
+thread_local! {
+    /// Whether this test runs the store paged with a budget of 0 (`*_paged` variants).
+    static PAGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn opts() -> Options {
-    Options { capacity: Some(8), keep_recent: 3, checkpoint: POLICY, ..Options::default() }
+    Options {
+        capacity: Some(8),
+        keep_recent: 3,
+        checkpoint: POLICY,
+        cache_bytes: PAGED.get().then_some(0),
+        ..Options::default()
+    }
 }
 
 fn mix() -> Mix {
@@ -26,8 +37,11 @@ fn mix() -> Mix {
 
 /// Applies block `v` to the store (stopping at the first error).
 fn apply_store(store: &mut Store, v: u64) -> Result<(), StoreError> {
-    let ops =
-        block(SEED, v, mix(), |p| next_key(|lo| store.working().range(lo, Bound::Unbounded), p));
+    let ops = if PAGED.get() {
+        common::reference_block(SEED, mix(), v)
+    } else {
+        block(SEED, v, mix(), |p| next_key(|lo| store.working().range(lo, Bound::Unbounded), p))
+    };
     for op in ops {
         match op {
             Op::Put(k, val) => {
@@ -77,12 +91,22 @@ fn build(dir: &Path, versions: u64) -> Store {
 /// reference root — and a clean `check`.
 #[test]
 fn io_fault_at_every_point_loses_nothing_committed() {
+    io_faults();
+}
+
+#[test]
+fn io_fault_at_every_point_loses_nothing_committed_paged() {
+    PAGED.set(true);
+    io_faults();
+}
+
+fn io_faults() {
     const VERSIONS: u64 = 40;
     let roots = reference_roots(VERSIONS + 1);
     let mut budget = 0;
     let mut tripped_runs = 0;
     loop {
-        let dir = TempDir::new(&format!("io{budget}"));
+        let dir = TempDir::new(&format!("io{budget}{}", if PAGED.get() { "p" } else { "" }));
         let inner: Arc<dyn Backend> = Arc::new(DirBackend::open(dir.path()).unwrap());
         let faulty = FaultyBackend::new(inner, budget);
         let mut acknowledged = 0;

@@ -15,6 +15,8 @@
 //! store must poison itself at that sync and refuse every later write, although the
 //! disk "works" again, and reopening must lose nothing acknowledged (§8.4).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::ops::Bound;
@@ -31,8 +33,14 @@ use bavl_workload::{block, next_key, Mix, Op};
 
 const SEED: u64 = 11;
 
+thread_local! {
+    /// Whether this test runs the store paged with a budget of 0 (`*_paged` variants).
+    static PAGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn opts() -> Options {
     Options {
+        cache_bytes: PAGED.get().then_some(0),
         capacity: Some(8),
         keep_recent: 3,
         checkpoint: CheckpointPolicy::Auto { log_ratio: 0.5, min_log_bytes: 2048 },
@@ -43,9 +51,13 @@ fn opts() -> Options {
 }
 
 fn apply(store: &mut Store, v: u64) -> Result<(), StoreError> {
-    let ops = block(SEED, v, Mix::workload_b(30), |p| {
-        next_key(|lo| store.working().range(lo, Bound::Unbounded), p)
-    });
+    let ops = if PAGED.get() {
+        common::reference_block(SEED, Mix::workload_b(30), v)
+    } else {
+        block(SEED, v, Mix::workload_b(30), |p| {
+            next_key(|lo| store.working().range(lo, Bound::Unbounded), p)
+        })
+    };
     for op in ops {
         match op {
             Op::Put(k, val) => store.insert(&k, &val).map(drop)?,
@@ -208,6 +220,16 @@ impl Backend for PowerLoss {
 
 #[test]
 fn every_power_loss_image_opens_at_an_acknowledged_version() {
+    power_loss_images();
+}
+
+#[test]
+fn every_power_loss_image_opens_at_an_acknowledged_version_paged() {
+    PAGED.set(true);
+    power_loss_images();
+}
+
+fn power_loss_images() {
     const VERSIONS: u64 = 30;
     let disk = PowerLoss::default();
     let mut roots: BTreeMap<u64, Digest> = BTreeMap::new();
@@ -314,6 +336,16 @@ impl Backend for FsyncFails {
 
 #[test]
 fn an_eio_from_fsync_poisons_the_store_for_good() {
+    eio_poisons();
+}
+
+#[test]
+fn an_eio_from_fsync_poisons_the_store_for_good_paged() {
+    PAGED.set(true);
+    eio_poisons();
+}
+
+fn eio_poisons() {
     const VERSIONS: u64 = 16;
     let mut target = 0;
     loop {

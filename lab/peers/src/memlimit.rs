@@ -90,7 +90,7 @@ struct Report<'a> {
 }
 
 const NOTES: &[&str] = &[
-    "Baseline before the paged store: bavl is today's in-memory bavl_store::Store (whole state and retained versions in RAM); `paged.json` with the issue's target names comes with the paged store.",
+    "bavl is the in-memory bavl_store::Store (whole state and retained versions in RAM); bavl-paged is the same store with Options::cache_bytes (docs/design.md §8.5.1: chunk bodies beyond the budget in a scratch page file, loaded and verified on demand), budget twice --nomt-cache-mib.",
     "Each store runs in its own child process inside its own cgroup v1 memory group (memory.limit_in_bytes = the limit, memory.swappiness = 0; no swap on the machine): anonymous memory and the page cache the child fills count; the kernel reclaims cache at the limit and OOM-kills when it cannot.",
     "cgroup_peak_bytes: memory.max_usage_in_bytes over the child's life (page cache included, so it approaches the limit whenever a store writes more than the limit); cgroup_peak_before_readback_bytes: the same read by the child after the last block, before it reads every key back; rss_peak_bytes: VmHWM after the last block.",
     "limit_hits: memory.failcnt (times usage reached the limit and the kernel had to reclaim); oom_kills: oom_kill of memory.oom_control.",

@@ -26,7 +26,8 @@ use crate::chunk::{split_point, Chunk};
 use crate::codec::{put_bytes, put_varint};
 use crate::error::InputError;
 use crate::hash::{value_hash, Hasher, FORMAT_VERSION};
-use crate::node::Node;
+use crate::node::{Leaf, Node};
+use crate::page::PageRef;
 use crate::snapshot::{Snapshot, View};
 
 /// Proof kinds (second byte of every proof).
@@ -62,7 +63,9 @@ struct Emitter<'a, H: Hasher, F: Fn(u64) -> LeafKind> {
 impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
     fn node(&mut self, node: &Node, offset: u64) {
         let kc = node.key_count();
-        if offset + kc <= self.lo || offset >= self.hi {
+        // An absent chunk can only be pruned: its callers make the range resident first,
+        // and a proof with a body missing fails verification rather than lie.
+        if offset + kc <= self.lo || offset >= self.hi || matches!(node, Node::Paged(_)) {
             self.out.push(T_PRUNED);
             put_varint(self.out, kc);
             put_varint(self.out, node.chunk_count());
@@ -84,6 +87,7 @@ impl<H: Hasher, F: Fn(u64) -> LeafKind> Emitter<'_, H, F> {
                 put_varint(self.out, (e - p) as u64);
                 self.in_chunk(c, 0, c.len(), p, e, offset);
             }
+            Node::Paged(_) => {}
         }
     }
 
@@ -168,17 +172,19 @@ pub(crate) fn inverted(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 }
 
 impl<H: Hasher> Snapshot<H> {
-    /// A proof that `key` is present with its current value; `None` if absent.
+    /// A proof that `key` is present with its current value; `None` if absent, or if a
+    /// chunk the proof needs is not resident (see [`Snapshot::absent_for_range`]).
     pub fn prove_membership(&self, key: &[u8]) -> Option<Vec<u8>> {
         let view = self.view();
-        let (c, _, before) = view.root?.find(key);
+        let (Leaf::Body(c), _, before) = view.root?.find(key) else { return None };
         let i = before + c.search(key).ok()? as u64;
         Some(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| LeafKind::Subject))
     }
 
-    /// A proof that `key` is absent; `None` if present.
+    /// A proof that `key` is absent; `None` if present, or if a chunk the proof needs is
+    /// not resident.
     pub fn prove_absence(&self, key: &[u8]) -> Option<Vec<u8>> {
-        if self.get(key).is_some() {
+        if self.try_get(key).ok()?.is_some() {
             return None;
         }
         self.prove_range(Bound::Included(key), Bound::Included(key)).ok()
@@ -190,17 +196,10 @@ impl<H: Hasher> Snapshot<H> {
             return Err(InputError::InvertedRange);
         }
         let view = self.view();
-        let n = self.len();
-        let s = view.lower_index(lo);
-        let e = match hi {
-            Bound::Unbounded => n,
-            Bound::Included(b) => view.lower_index(Bound::Excluded(b)),
-            Bound::Excluded(b) => view.lower_index(Bound::Included(b)),
-        };
-        // With `(Excluded(a), Excluded(a))` and `a` present, `a` lies below and above the
-        // empty range at once (`e < s`): `a` alone is the whole (canonical) proof.
-        let (plo, phi) =
-            if e < s { (s - 1, s) } else { (s.saturating_sub(1), if e < n { e + 1 } else { n }) };
+        let (plo, phi, s, e) = self.range_span(lo, hi).map_err(|p| p.not_resident())?;
+        if let Some(p) = view.absent_between(plo, phi) {
+            return Err(p.not_resident());
+        }
         Ok(emit::<H>(view, kind::RANGE, plo, phi, |i| {
             if i >= s && i < e {
                 LeafKind::Value
@@ -210,8 +209,29 @@ impl<H: Hasher> Snapshot<H> {
         }))
     }
 
+    /// The key indices a range proof covers (`plo..phi`) and those it discloses (`s..e`).
+    pub(crate) fn range_span(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+    ) -> Result<(u64, u64, u64, u64), PageRef> {
+        let view = self.view();
+        let n = self.len();
+        let s = view.try_lower_index(lo)?;
+        let e = match hi {
+            Bound::Unbounded => n,
+            Bound::Included(b) => view.try_lower_index(Bound::Excluded(b))?,
+            Bound::Excluded(b) => view.try_lower_index(Bound::Included(b))?,
+        };
+        // With `(Excluded(a), Excluded(a))` and `a` present, `a` lies below and above the
+        // empty range at once (`e < s`): `a` alone is the whole (canonical) proof.
+        let (plo, phi) =
+            if e < s { (s - 1, s) } else { (s.saturating_sub(1), if e < n { e + 1 } else { n }) };
+        Ok((plo, phi, s, e))
+    }
+
     /// Chunk `i` with all its entries and the proof binding it to index `i`, the chunk
-    /// count and the root; `None` if there is no chunk `i`.
+    /// count and the root; `None` if there is no chunk `i` or it is not resident.
     pub fn export_chunk(&self, i: u64) -> Option<Vec<u8>> {
         let mut out = Vec::new();
         self.export_chunk_into(i, &mut out).then_some(out)
@@ -226,7 +246,7 @@ impl<H: Hasher> Snapshot<H> {
         if i >= root.chunk_count() {
             return false;
         }
-        let (c, before) = root.chunk_at(i);
+        let (Leaf::Body(c), before) = root.chunk_at(i) else { return false };
         let (lo, hi) = (before, before + c.len() as u64);
         emit_into::<H>(view, kind::CHUNK, lo, hi, |_| LeafKind::Value, out);
         true

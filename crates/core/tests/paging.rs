@@ -1,0 +1,257 @@
+//! Paging against a model: a tree whose chunks are evicted after every operation (a cache
+//! of zero bytes), loaded back from a simulated disk before each operation, must behave
+//! exactly like a `BTreeMap` and keep the same root as a tree that never pages, across
+//! "reopens" from its skeleton; retained versions read their absent chunks without
+//! changing; a damaged body is refused.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+
+use bavl_core::{Body, PageError, PageRef, SkeletonEntry, Snapshot, Tree};
+
+/// A disk of chunk bodies by location, and the next free location.
+#[derive(Default)]
+struct Disk {
+    bodies: HashMap<u64, Vec<u8>>,
+    next: u64,
+}
+
+impl Disk {
+    /// An incremental checkpoint: writes the bodies that have no location yet and gives
+    /// them one; returns the skeleton of the version.
+    fn checkpoint(&mut self, snap: &Snapshot) -> Vec<SkeletonEntry> {
+        let mut skel = Vec::new();
+        snap.for_each_chunk(|c| {
+            let loc = c.location().unwrap_or_else(|| {
+                let mut body = Vec::new();
+                assert!(c.encode_body(&mut body), "a chunk without location is resident");
+                self.next += 1;
+                self.bodies.insert(self.next, body);
+                assert!(c.set_location(self.next));
+                self.next
+            });
+            skel.push(SkeletonEntry {
+                key_height: c.key_height,
+                hash: c.hash(),
+                len: c.len(),
+                loc,
+                first_key: c.first_key().into(),
+            });
+        });
+        skel
+    }
+
+    fn body(&self, p: &PageRef) -> Body {
+        Body::decode(&self.bodies[&p.loc]).expect("bodies on this disk are well formed")
+    }
+
+    fn load(&self, tree: &mut Tree, needs: Vec<PageRef>) -> usize {
+        let n = needs.len();
+        for p in needs {
+            tree.page_in(p.index, self.body(&p)).expect("the body matches its page");
+        }
+        n
+    }
+}
+
+/// Evicts every clean chunk; returns how many.
+fn evict_all(tree: &mut Tree) -> u64 {
+    let mut n = 0;
+    for i in 0..tree.chunk_count() {
+        n += u64::from(tree.page_out(i).is_some());
+    }
+    n
+}
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn key(k: u64) -> Vec<u8> {
+    format!("k{:06}", k % 3000).into_bytes()
+}
+
+#[test]
+fn paged_tree_matches_the_model_and_an_unpaged_tree() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut disk, mut model) = (Disk::default(), BTreeMap::new());
+    let mut paged = Tree::with_capacity(8).unwrap();
+    let mut plain = Tree::with_capacity(8).unwrap();
+    let (mut loads, mut evictions) = (0, 0);
+    let mut retained: Vec<(Snapshot, Model)> = Vec::new();
+    for round in 0..40 {
+        for _ in 0..150 {
+            let k = key(rng.next());
+            let op = rng.next() % 10;
+            if op < 6 {
+                let v = rng.next().to_le_bytes().to_vec();
+                loop {
+                    match paged.insert(&k, &v) {
+                        Ok(new) => {
+                            assert_eq!(new, model.insert(k.clone(), v.clone()).is_none());
+                            break;
+                        }
+                        Err(_) => {
+                            let needs = paged.absent_for_insert(&k);
+                            assert!(!needs.is_empty());
+                            loads += disk.load(&mut paged, needs);
+                            assert!(paged.absent_for_insert(&k).is_empty(), "one answer");
+                        }
+                    }
+                }
+                plain.insert(&k, &v).unwrap();
+            } else if op < 9 {
+                let needs = paged.absent_for_remove(&k);
+                loads += disk.load(&mut paged, needs);
+                assert!(paged.absent_for_remove(&k).is_empty(), "one answer covers a removal");
+                assert_eq!(paged.try_remove(&k).unwrap(), model.remove(&k));
+                plain.remove(&k);
+            } else {
+                let got = match paged.try_get(&k) {
+                    Ok(v) => v.map(<[u8]>::to_vec),
+                    Err(p) => disk.body_get(&p, &k, &mut paged),
+                };
+                assert_eq!(got.as_ref(), model.get(&k));
+            }
+            evictions += evict_all(&mut paged);
+        }
+        assert_eq!(paged.root_hash(), plain.root_hash(), "round {round}");
+        paged.check().unwrap();
+        let snap = paged.snapshot();
+        let skel = disk.checkpoint(&snap);
+        retained.push((snap, model.clone()));
+        if round % 7 == 6 {
+            // Reopen: only the skeleton comes back; every chunk is absent.
+            let root = paged.root_hash();
+            paged = Tree::from_skeleton(8, root, skel).unwrap();
+            assert!(paged.skeleton_stats().resident_chunks == 0);
+        }
+    }
+    assert!(loads > 1000 && evictions > 1000, "paging was exercised: {loads} / {evictions}");
+    for (snap, m) in &retained[retained.len() - 5..] {
+        check_retained(&disk, snap, m);
+    }
+}
+
+impl Disk {
+    fn body_get(&self, p: &PageRef, k: &[u8], tree: &mut Tree) -> Option<Vec<u8>> {
+        tree.page_in(p.index, self.body(p)).unwrap();
+        tree.try_get(k).expect("resident now").map(<[u8]>::to_vec)
+    }
+}
+
+/// A retained version answers reads and range proofs through `with_bodies`, and is
+/// itself unchanged.
+fn check_retained(disk: &Disk, snap: &Snapshot, model: &Model) {
+    let mut bodies = Vec::new();
+    for i in 0..snap.chunk_count() {
+        if let Some(p) = snap.absent_chunk(i) {
+            bodies.push((i, disk.body(&p)));
+        }
+    }
+    assert!(!bodies.is_empty(), "the retained version shares evicted chunks");
+    let absent_before = bodies.len();
+    let full = snap.with_bodies(bodies).unwrap();
+    let all: Vec<_> = full.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    assert_eq!(all, model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
+    let k = model.keys().nth(model.len() / 2).unwrap();
+    assert_eq!(full.get(k), model.get(k).map(Vec::as_slice));
+    let proof = full.prove_range(Bound::Included(k), Bound::Unbounded).unwrap();
+    let verified = bavl_core::verify_range::<bavl_core::Sha256>(
+        &snap.root_hash(),
+        Bound::Included(k),
+        Bound::Unbounded,
+        &proof,
+    )
+    .unwrap();
+    assert_eq!(verified.entries.len(), model.range(k.clone()..).count());
+    let still_absent = (0..snap.chunk_count()).filter(|&i| snap.absent_chunk(i).is_some());
+    assert_eq!(still_absent.count(), absent_before, "the shared version was not written");
+}
+
+#[test]
+fn a_damaged_body_is_refused_and_changes_nothing() {
+    let mut tree = Tree::with_capacity(8).unwrap();
+    for i in 0u32..200 {
+        tree.insert(&i.to_be_bytes(), b"value").unwrap();
+    }
+    let mut disk = Disk::default();
+    let snap = tree.snapshot();
+    disk.checkpoint(&snap);
+    drop(snap);
+    evict_all(&mut tree);
+    let root = tree.root_hash();
+    let key = 100u32.to_be_bytes();
+    let p = tree.try_get(&key).unwrap_err();
+    let good = disk.bodies[&p.loc].clone();
+    let mut refused = 0;
+    for at in 0..good.len() {
+        let mut bad = good.clone();
+        bad[at] ^= 0x20;
+        match Body::decode(&bad) {
+            Err(_) => refused += 1,
+            Ok(body) => {
+                let e = tree.page_in(p.index, body).unwrap_err();
+                assert!(matches!(e, PageError::Mismatch { .. }), "{e}");
+                refused += 1;
+            }
+        }
+        assert!(tree.try_get(&key).is_err(), "a damaged body never becomes resident");
+    }
+    assert_eq!(refused, good.len());
+    // A body of another chunk is refused too.
+    let other = tree.try_get(&3u32.to_be_bytes()).unwrap_err();
+    assert_ne!(other.index, p.index);
+    assert!(tree.page_in(p.index, disk.body(&other)).is_err());
+    assert_eq!(tree.root_hash(), root);
+    disk.load(&mut tree, vec![p]);
+    assert_eq!(tree.get(&key), Some(&b"value"[..]));
+}
+
+#[test]
+fn operations_on_absent_chunks_are_refused_before_any_change() {
+    let mut tree = Tree::with_capacity(4).unwrap();
+    let mut rng = Rng(7);
+    for _ in 0..400 {
+        let even = (rng.next() % 1000 * 2) as u32;
+        tree.insert(&even.to_be_bytes(), b"v").unwrap();
+    }
+    let mut disk = Disk::default();
+    disk.checkpoint(&tree.snapshot());
+    evict_all(&mut tree);
+    let root = tree.root_hash();
+    assert!(tree.insert(&7u32.to_be_bytes(), b"w").is_err());
+    assert!(tree.try_remove(&7u32.to_be_bytes()).is_err());
+    assert_eq!(tree.remove(&7u32.to_be_bytes()), None);
+    assert_eq!(tree.root_hash(), root);
+    tree.check().unwrap();
+    // A new key in a full chunk whose neighbours are absent: the insert names them, and
+    // is refused until they are loaded.
+    let mut tested = 0;
+    for i in 0u32..1000 {
+        let extra = (i * 2 + 1).to_be_bytes();
+        let needs = tree.absent_for_insert(&extra);
+        if needs.len() < 2 {
+            continue;
+        }
+        disk.load(&mut tree, needs[..1].to_vec());
+        let root = tree.root_hash();
+        assert!(tree.insert(&extra, b"x").is_err());
+        assert_eq!(tree.root_hash(), root);
+        assert_eq!(tree.absent_for_insert(&extra), needs[1..].to_vec());
+        disk.load(&mut tree, needs[1..].to_vec());
+        assert!(tree.insert(&extra, b"x").unwrap());
+        tree.check().unwrap();
+        evict_all(&mut tree);
+        tested += 1;
+    }
+    assert!(tested > 3, "full chunks with absent neighbours were met: {tested}");
+}

@@ -1,0 +1,431 @@
+//! The paged store's runtime side (`docs/design.md` §8.5.1): a page file of chunk bodies,
+//! loading what an operation needs before it is applied, and evicting to a budget.
+//!
+//! Guarantees:
+//! - a body read back is decoded defensively and verified against the page's count,
+//!   first key and hash by the core; any difference is [`StoreError::Corrupted`] naming
+//!   the page file and the offset, and the operation changes nothing;
+//! - eviction changes no hash and no version: only where a body lives;
+//! - the page file is scratch space, not part of the durable format: it has no name
+//!   (`O_TMPFILE` on Linux; elsewhere created and unlinked at once), so it vanishes with
+//!   the process, and durability stays with the log and the checkpoints.
+//!
+//! Record: `u32 len | body`. A location is `generation << 48 | (offset + 1)` (never 0):
+//! compaction ([`Pager::compact`]) copies the live bodies into a file of a new generation
+//! and retires the old file once no retained version can name it.
+
+use std::fs::File;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bavl_core::{Body, InputError, PageRef, Snapshot, Tree};
+
+use crate::error::IoContext;
+use crate::{Store, StoreError};
+
+/// The file of evicted bodies, shared by the writer (which appends) and the checkpoint
+/// thread and readers (which read).
+pub(crate) struct PageFile {
+    file: File,
+    /// Bytes appended so far: no record may claim to reach beyond.
+    end: AtomicU64,
+    dir: String,
+}
+
+/// A key and its value, copied out of the store.
+pub type OwnedEntry = (Vec<u8>, Vec<u8>);
+
+/// Counters of the pager, in [`crate::StoreStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PagingStats {
+    /// Bodies read back from the page file.
+    pub loads: u64,
+    /// Chunks evicted from the working tree.
+    pub evictions: u64,
+    /// Bytes appended to the page file.
+    pub spilled_bytes: u64,
+    /// Heap bytes of the working tree's resident bodies after the last eviction pass.
+    pub resident_bytes: u64,
+    /// Heap bytes of the skeleton (inner nodes and pages) at the last eviction pass.
+    pub skeleton_bytes: u64,
+    /// Records appended to the page files.
+    pub records: u64,
+    /// Compactions of the page file (live bodies copied to a new file).
+    pub compactions: u64,
+    /// Bytes of the page file being appended to.
+    pub file_bytes: u64,
+}
+
+impl PageFile {
+    /// A nameless file in `dir`.
+    pub(crate) fn create(dir: &Path) -> Result<Arc<PageFile>, StoreError> {
+        let file =
+            anonymous_file(dir).ctx(|| format!("creating a page file in {}", dir.display()))?;
+        Ok(Arc::new(PageFile { file, end: AtomicU64::new(0), dir: dir.display().to_string() }))
+    }
+
+    fn name(&self) -> String {
+        format!("the page file in {}", self.dir)
+    }
+
+    /// Appends a record; returns its offset.
+    pub(crate) fn append(&self, body: &[u8]) -> Result<u64, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let at = self.end.load(Ordering::Acquire);
+        let mut rec = Vec::with_capacity(body.len() + 4);
+        rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        rec.extend_from_slice(body);
+        self.file.write_all_at(&rec, at).ctx(|| format!("writing {}", self.name()))?;
+        self.end.store(at + rec.len() as u64, Ordering::Release);
+        Ok(at)
+    }
+
+    /// Bytes appended so far.
+    pub(crate) fn len(&self) -> u64 {
+        self.end.load(Ordering::Acquire)
+    }
+
+    /// Reads the body of the record at `at`, bounds checked against the file.
+    pub(crate) fn read_raw(&self, at: u64) -> Result<Vec<u8>, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let end = self.end.load(Ordering::Acquire);
+        let bad = |what: &str| StoreError::corrupted(&self.name(), at, what);
+        if at.checked_add(4).is_none_or(|e| e > end) {
+            return Err(bad("a location beyond the end of the page file"));
+        }
+        let mut len = [0u8; 4];
+        self.file.read_exact_at(&mut len, at).ctx(|| format!("reading {}", self.name()))?;
+        let len = u32::from_le_bytes(len) as u64;
+        if at + 4 + len > end {
+            return Err(bad("a record running past the end of the page file"));
+        }
+        let mut body = vec![0; len as usize];
+        self.file.read_exact_at(&mut body, at + 4).ctx(|| format!("reading {}", self.name()))?;
+        Ok(body)
+    }
+}
+
+/// Splits a location into its generation and offset.
+pub(crate) fn split_loc(loc: u64) -> (u16, u64) {
+    ((loc >> 48) as u16, (loc & ((1 << 48) - 1)).saturating_sub(1))
+}
+
+/// The location of offset `at` in generation `gen`.
+pub(crate) fn make_loc(gen: u16, at: u64) -> u64 {
+    (gen as u64) << 48 | (at + 1)
+}
+
+/// The page files by generation: what a reader needs to find any page a version names.
+#[derive(Clone, Default)]
+pub(crate) struct PageSet(pub(crate) std::collections::BTreeMap<u16, Arc<PageFile>>);
+
+impl PageSet {
+    fn file(&self, loc: u64) -> Result<(&PageFile, u64), StoreError> {
+        let (gen, at) = split_loc(loc);
+        match self.0.get(&gen) {
+            Some(f) => Ok((f, at)),
+            None => Err(StoreError::corrupted(
+                "the page files",
+                at,
+                format!("no page file of generation {gen} (retired: was the version pruned?)"),
+            )),
+        }
+    }
+
+    /// Reads and decodes the body of `page` (verified by the core when it is installed).
+    pub(crate) fn read(&self, page: &PageRef) -> Result<Body, StoreError> {
+        let (f, at) = self.file(page.loc)?;
+        let body = f.read_raw(at)?;
+        Body::decode(&body).map_err(|e| {
+            StoreError::corrupted(&f.name(), at, format!("undecodable chunk body: {e}"))
+        })
+    }
+
+    /// `snap` with the bodies of `pages` resident, each verified against its page.
+    pub(crate) fn materialize(
+        &self,
+        snap: &Snapshot,
+        pages: &[PageRef],
+    ) -> Result<Snapshot, StoreError> {
+        let mut bodies = Vec::with_capacity(pages.len());
+        for p in pages {
+            bodies.push((p.index, self.read(p)?));
+        }
+        snap.with_bodies(bodies)
+            .map_err(|e| StoreError::corrupted("the page files", 0, e.to_string()))
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn anonymous_file(dir: &Path) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    Ok(File::from(fd))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn anonymous_file(dir: &Path) -> std::io::Result<File> {
+    let path =
+        dir.join(format!(".bavl-pages-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+    std::fs::remove_file(&path)?;
+    Ok(file)
+}
+
+/// Loads and evicts the working tree's chunk bodies against a budget.
+pub(crate) struct Pager {
+    pub(crate) files: PageSet,
+    /// The generation appended to.
+    pub(crate) gen: u16,
+    pub(crate) dir: std::path::PathBuf,
+    /// Retired generations and the version from which no version names them.
+    pub(crate) retiring: Vec<(u64, u16)>,
+    pub(crate) budget: u64,
+    /// The smallest file [`Pager::maybe_compact`] compacts.
+    pub(crate) min_compact: u64,
+    /// Bytes of bodies evicted or copied at each of the last `pin_window` commits.
+    pinned: std::collections::VecDeque<u64>,
+    /// How many commits back retained versions reach (`keep_recent - 1`).
+    pub(crate) pin_window: usize,
+    /// The clock hand: the next chunk index the eviction sweep looks at.
+    hand: u64,
+    buf: Vec<u8>,
+    pub(crate) stats: PagingStats,
+}
+
+impl Pager {
+    pub(crate) fn new(dir: &Path, budget: u64) -> Result<Pager, StoreError> {
+        let mut files = PageSet::default();
+        files.0.insert(1, PageFile::create(dir)?);
+        let (gen, dir, retiring, buf) = (1, dir.to_path_buf(), Vec::new(), Vec::new());
+        let stats = PagingStats::default();
+        let min_compact = crate::compact::MIN_FILE;
+        let (pinned, pin_window) = (Default::default(), 3);
+        Ok(Pager {
+            files,
+            gen,
+            dir,
+            retiring,
+            budget,
+            min_compact,
+            pinned,
+            pin_window,
+            hand: 0,
+            buf,
+            stats,
+        })
+    }
+
+    /// The pager [`crate::Options::cache_bytes`] asks for, if any.
+    pub(crate) fn for_options(opts: &crate::Options) -> Result<Option<Pager>, StoreError> {
+        let Some(budget) = opts.cache_bytes else { return Ok(None) };
+        let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let mut p = Pager::new(&dir, budget)?;
+        p.pin_window = opts.keep_recent.saturating_sub(1) as usize;
+        Ok(Some(p))
+    }
+
+    pub(crate) fn current(&self) -> &Arc<PageFile> {
+        &self.files.0[&self.gen]
+    }
+
+    /// Appends a body to the current file; returns its location.
+    pub(crate) fn append(&mut self, body: &[u8]) -> Result<u64, StoreError> {
+        let at = self.current().append(body)?;
+        self.stats.spilled_bytes += body.len() as u64 + 4;
+        self.stats.records += 1;
+        self.stats.file_bytes = at + body.len() as u64 + 4;
+        Ok(make_loc(self.gen, at))
+    }
+
+    /// Makes the chunks of `needs` resident in `tree`.
+    pub(crate) fn load(&mut self, tree: &mut Tree, needs: Vec<PageRef>) -> Result<(), StoreError> {
+        for p in needs {
+            let body = self.files.read(&p)?;
+            tree.page_in(p.index, body).map_err(|e| {
+                StoreError::corrupted(&self.current().name(), split_loc(p.loc).1, e.to_string())
+            })?;
+            self.stats.loads += 1;
+        }
+        Ok(())
+    }
+
+    /// Evicts chunks of the (fully hashed) `tree`, sweeping from the clock hand, until its
+    /// resident bodies fit the budget; a body with no location is appended to the page
+    /// file first. Bodies shared with retained versions are freed when those are pruned.
+    ///
+    /// The bodies the last `pin_window` commits evicted or replaced by copies are still
+    /// held by the retained versions taken before; the working tree's share of the budget
+    /// shrinks by them (to a quarter of it at least), so that all bodies together stay
+    /// near the budget rather than `keep_recent` times it.
+    pub(crate) fn evict(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
+        let s = tree.skeleton_stats();
+        let mut resident = s.resident_bytes;
+        let pinned: u64 = self.pinned.iter().sum();
+        let target = self.budget.saturating_sub(pinned).max(self.budget / 4);
+        let n = tree.chunk_count();
+        let mut scanned = 0;
+        while resident > target && scanned < n {
+            if self.hand >= n {
+                self.hand = 0;
+            }
+            if let Some(c) = tree.chunk_ref(self.hand).filter(|c| c.location().is_none()) {
+                let mut buf = std::mem::take(&mut self.buf);
+                buf.clear();
+                if c.encode_body(&mut buf) {
+                    c.set_location(self.append(&buf)?);
+                }
+                self.buf = buf;
+            }
+            if let Some(freed) = tree.page_out(self.hand) {
+                resident = resident.saturating_sub(freed as u64 + 16);
+                self.stats.evictions += 1;
+            }
+            self.hand += 1;
+            scanned += 1;
+        }
+        self.stats.resident_bytes = resident;
+        self.pinned.push_back(s.resident_bytes - resident + s.unlocated_bytes);
+        while self.pinned.len() > self.pin_window {
+            self.pinned.pop_front();
+        }
+        self.stats.skeleton_bytes =
+            if scanned > 0 { tree.skeleton_stats().skeleton_bytes } else { s.skeleton_bytes };
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Loads, on up to four threads, the paged-out chunks holding `keys` (what a block
+    /// about to be applied will touch first; a neighbour the fill policy may need besides
+    /// is loaded by the operation itself). Returns how many chunks were loaded; a no-op
+    /// without paging. Each body is verified as on any load.
+    pub fn prefetch<K: AsRef<[u8]>>(&mut self, keys: &[K]) -> Result<usize, StoreError> {
+        let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) else {
+            return Ok(0);
+        };
+        let mut pages: Vec<PageRef> =
+            keys.iter().filter_map(|k| self.tree.try_get(k.as_ref()).err()).collect();
+        pages.sort_unstable_by_key(|p| p.index);
+        pages.dedup_by_key(|p| p.index);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+        let files = &p.files;
+        type Read<'a> = Vec<(&'a PageRef, Result<Body, StoreError>)>;
+        let read: Read<'_> = std::thread::scope(|s| {
+            let parts = pages.chunks(pages.len().div_ceil(threads).max(1));
+            let handles: Vec<_> = parts
+                .map(|part| {
+                    s.spawn(move || -> Read<'_> {
+                        part.iter().map(|pg| (pg, files.read(pg))).collect()
+                    })
+                })
+                .collect();
+            // A reading thread that panicked loads nothing: its chunks load on demand.
+            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        });
+        let loaded = read.len();
+        for (pg, body) in read {
+            self.tree.page_in(pg.index, body?).map_err(|e| {
+                StoreError::corrupted("the page files", split_loc(pg.loc).1, e.to_string())
+            })?;
+        }
+        p.stats.loads += loaded as u64;
+        Ok(loaded)
+    }
+
+    /// After commit `version` is durable and hashed, before its snapshot is taken (so the
+    /// version shares pages, not bodies): evicts to the budget and compacts the page file
+    /// if due. A failure (of the page file) poisons the store: the version is durable,
+    /// its memory is no longer bounded.
+    pub(crate) fn page_out(&mut self, version: u64) -> Result<(), StoreError> {
+        let Some(p) = &mut self.pager else { return Ok(()) };
+        let r = p.evict(&mut self.tree).and_then(|()| p.maybe_compact(&mut self.tree, version));
+        if let Err(e) = &r {
+            self.poisoned = Some(e.to_string());
+        }
+        r
+    }
+
+    /// Reads the working state, loading the key's chunk first if it is paged out (a body
+    /// that fails its verification is [`StoreError::Corrupted`], never an answer).
+    pub fn read(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
+        let missing = self.tree.try_get(key).err();
+        if let (Some(p), Some(page)) = (&mut self.pager, missing) {
+            p.load(&mut self.tree, vec![page])?;
+        }
+        let not_resident = |p: PageRef| InputError::NotResident { index: p.index };
+        Ok(self.tree.try_get(key).map_err(not_resident)?)
+    }
+
+    /// The first entry of the working state with a key within `lo` (a seek), loading
+    /// the chunks it needs when paging is on; owned, so callers may go on writing.
+    pub fn seek(&mut self, lo: Bound<&[u8]>) -> Result<Option<OwnedEntry>, StoreError> {
+        loop {
+            let missing = match self.tree.try_first_from(lo) {
+                Ok(e) => return Ok(e.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+                Err(page) => page,
+            };
+            let Some(p) = &mut self.pager else {
+                return Err(InputError::NotResident { index: missing.index }.into());
+            };
+            p.load(&mut self.tree, vec![missing])?;
+        }
+    }
+
+    /// `snap` (a retained version) with the chunks of `pages` read back from the page
+    /// file and verified: a new snapshot, `snap` itself unchanged. Callers ask a version
+    /// which absent chunks a read, proof or export needs (`Snapshot::try_get`,
+    /// `absent_for_range`, `absent_chunk`) and pass them here.
+    pub fn load_pages(&self, snap: &Snapshot, pages: &[PageRef]) -> Result<Snapshot, StoreError> {
+        match &self.pager {
+            Some(p) => p.files.materialize(snap, pages),
+            None if pages.is_empty() => Ok(snap.clone()),
+            None => Err(StoreError::InvalidOption("paging is off: no chunk is absent".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use super::*;
+
+    #[test]
+    fn a_damaged_page_file_is_corrupted_never_an_answer() {
+        let mut tree = Tree::with_capacity(8).unwrap();
+        for i in 0u32..100 {
+            tree.insert(&i.to_be_bytes(), b"value").unwrap();
+        }
+        tree.root_hash();
+        let mut pager = Pager::new(&std::env::temp_dir(), 0).unwrap();
+        pager.evict(&mut tree).unwrap();
+        let key = 0u32.to_be_bytes();
+        let page = tree.try_get(&key).expect_err("evicted");
+        let at = split_loc(page.loc).1;
+        let mut record = vec![0; 4];
+        pager.current().file.read_exact_at(&mut record, at).unwrap();
+        let len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
+        record.resize(4 + len, 0);
+        pager.current().file.read_exact_at(&mut record, at).unwrap();
+        for i in 0..record.len() {
+            let mut bad = record.clone();
+            bad[i] ^= 0x01;
+            pager.current().file.write_all_at(&bad, at).unwrap();
+            match pager.load(&mut tree, vec![page.clone()]) {
+                Err(StoreError::Corrupted { offset, .. }) => assert_eq!(offset, at),
+                other => panic!("byte {i} flipped: {other:?}"),
+            }
+            assert!(tree.try_get(&key).is_err(), "nothing became resident");
+        }
+        pager.current().file.write_all_at(&record, at).unwrap();
+        pager.load(&mut tree, vec![page]).unwrap();
+        assert_eq!(tree.get(&key), Some(&b"value"[..]));
+    }
+}

@@ -1,0 +1,192 @@
+//! The paged store (`Options::cache_bytes`) against a model: with a budget of a few
+//! chunks, every commit evicts almost everything and every operation reloads what it
+//! needs, across checkpoints (which read absent chunks back) and reopens; its roots
+//! must equal an unpaged store's at every version, and its reads the model's.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bavl_core::{verify_range, Sha256};
+use bavl_store::{CheckpointPolicy, Options, Store};
+use common::TempDir;
+
+fn paged(budget: u64) -> Options {
+    Options {
+        capacity: Some(8),
+        keep_recent: 3,
+        checkpoint: CheckpointPolicy::Auto { log_ratio: 0.5, min_log_bytes: 4096 },
+        cache_bytes: Some(budget),
+        ..Options::default()
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn a_tiny_cache_behaves_like_the_model_across_reopens() {
+    let (dir, plain_dir) = (TempDir::new("paged-model"), TempDir::new("paged-plain"));
+    let mut store = Store::open(dir.path(), paged(2000)).unwrap();
+    let mut plain =
+        Store::open(plain_dir.path(), Options { cache_bytes: None, ..paged(0) }).unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let (mut loads, mut evictions) = (0, 0);
+    for v in 1..=60u64 {
+        for _ in 0..80 {
+            let key = format!("key{:05}", rng.next() % 2500).into_bytes();
+            match rng.next() % 10 {
+                0..=5 => {
+                    let value = rng.next().to_be_bytes().repeat(1 + (v % 3) as usize);
+                    let new = store.insert(&key, &value).unwrap();
+                    assert_eq!(new, model.insert(key.clone(), value.clone()).is_none());
+                    plain.insert(&key, &value).unwrap();
+                }
+                6..=8 => {
+                    assert_eq!(store.remove(&key).unwrap(), model.remove(&key));
+                    plain.remove(&key).unwrap();
+                }
+                _ => assert_eq!(store.read(&key).unwrap(), model.get(&key).map(Vec::as_slice)),
+            }
+        }
+        let (version, root) = store.commit().unwrap();
+        assert_eq!((version, root), plain.commit().unwrap(), "version {v}");
+        let s = store.stats().unwrap();
+        let p = s.paging.expect("paging is on");
+        assert!(p.resident_bytes <= 2000, "over budget after a commit: {p:?}");
+        if v % 15 == 0 {
+            let stats = store.stats().unwrap().paging.unwrap();
+            (loads, evictions) = (loads + stats.loads, evictions + stats.evictions);
+            store.close().unwrap();
+            store = Store::open(dir.path(), paged(2000)).unwrap();
+            assert_eq!(store.root(), root);
+        }
+    }
+    assert!(loads > 500 && evictions > 500, "paging was exercised: {loads} {evictions}");
+    assert!(
+        store.last_checkpoint_report().is_some()
+            || store.stats().unwrap().last_checkpoint.is_some()
+    );
+    for (k, v) in &model {
+        assert_eq!(store.read(k).unwrap(), Some(v.as_slice()));
+    }
+    store.working().check().unwrap();
+}
+
+#[test]
+fn a_value_read_from_an_evicted_chunk_after_a_reopen_is_the_committed_one() {
+    let dir = TempDir::new("paged-reopen");
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    for i in 0u32..2000 {
+        store.insert(&i.to_be_bytes(), format!("first {i}").as_bytes()).unwrap();
+    }
+    store.commit().unwrap();
+    for i in (0u32..2000).step_by(3) {
+        store.insert(&i.to_be_bytes(), format!("second {i}").as_bytes()).unwrap();
+    }
+    let (_, root) = store.commit().unwrap();
+    store.checkpoint().unwrap();
+    store.insert(&7u32.to_be_bytes(), b"after the checkpoint").unwrap();
+    let (_, root2) = store.commit().unwrap();
+    assert_ne!(root, root2);
+    drop(store);
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    assert_eq!(store.root(), root2);
+    let p = store.stats().unwrap().paging.unwrap();
+    assert_eq!(p.resident_bytes, 0, "a budget of 0 leaves nothing resident: {p:?}");
+    assert!(store.get(&5u32.to_be_bytes()).is_none(), "evicted: get does not load");
+    for i in 0u32..2000 {
+        let want = match i {
+            7 => "after the checkpoint".to_string(),
+            i if i % 3 == 0 => format!("second {i}"),
+            i => format!("first {i}"),
+        };
+        assert_eq!(store.read(&i.to_be_bytes()).unwrap(), Some(want.as_bytes()), "key {i}");
+    }
+}
+
+#[test]
+fn retained_versions_read_and_prove_their_evicted_chunks() {
+    let dir = TempDir::new("paged-retained");
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    for i in 0u32..500 {
+        store.insert(&i.to_be_bytes(), b"old").unwrap();
+    }
+    let (v1, root1) = store.commit().unwrap();
+    for i in 0u32..500 {
+        store.insert(&i.to_be_bytes(), b"new").unwrap();
+    }
+    store.commit().unwrap();
+    let old = store.snapshot(v1).unwrap();
+    let key = 250u32.to_be_bytes();
+    let page = old.try_get(&key).expect_err("version 1's chunks were evicted");
+    let loaded = store.load_pages(&old, &[page]).unwrap();
+    assert_eq!(loaded.get(&key), Some(&b"old"[..]));
+    let (lo, hi) = (Bound::Included(&key[..]), Bound::Unbounded);
+    assert!(old.prove_range(lo, hi).is_err(), "a proof over absent chunks is refused");
+    let mut snap = old.clone();
+    while let Some(p) = snap.absent_for_range(lo, hi) {
+        snap = store.load_pages(&snap, &[p]).unwrap();
+    }
+    let proof = snap.prove_range(lo, hi).unwrap();
+    let got = verify_range::<Sha256>(&root1, lo, hi, &proof).unwrap();
+    assert_eq!(got.entries.len(), 250);
+    assert!(old.try_get(&key).is_err(), "the retained version itself is unchanged");
+}
+
+#[test]
+fn a_paged_open_verifies_the_checkpoint_like_an_unpaged_one() {
+    let dir = TempDir::new("paged-damage");
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    for i in 0u32..1500 {
+        store.insert(&i.to_be_bytes(), b"some value").unwrap();
+    }
+    store.commit().unwrap();
+    store.checkpoint().unwrap();
+    store.close().unwrap();
+    let ckpt = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".bavl"))
+        .expect("a checkpoint");
+    let good = std::fs::read(&ckpt).unwrap();
+    for at in [good.len() / 3, good.len() / 2, good.len() - 30] {
+        let mut bad = good.clone();
+        bad[at] ^= 0x04;
+        std::fs::write(&ckpt, &bad).unwrap();
+        let read_only = Options { read_only: true, ..paged(0) };
+        match Store::open(dir.path(), read_only) {
+            Err(bavl_store::StoreError::Corrupted { .. }) => {}
+            Err(e) => panic!("byte {at}: another error: {e}"),
+            Ok(_) => panic!("byte {at}: a damaged checkpoint opened"),
+        }
+    }
+    std::fs::write(&ckpt, &good).unwrap();
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    assert_eq!(store.read(&700u32.to_be_bytes()).unwrap(), Some(&b"some value"[..]));
+}
+
+#[test]
+fn prefetch_makes_a_blocks_chunks_resident() {
+    let dir = TempDir::new("paged-prefetch");
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    for i in 0u32..3000 {
+        store.insert(&i.to_be_bytes(), b"v").unwrap();
+    }
+    store.commit().unwrap();
+    let keys: Vec<[u8; 4]> = (0u32..3000).step_by(97).map(u32::to_be_bytes).collect();
+    assert!(keys.iter().all(|k| store.get(k).is_none()), "everything was evicted");
+    let loaded = store.prefetch(&keys).unwrap();
+    assert!(loaded > 10 && loaded <= keys.len(), "{loaded}");
+    assert!(keys.iter().all(|k| store.get(k) == Some(&b"v"[..])), "resident after prefetch");
+    assert_eq!(store.prefetch(&keys).unwrap(), 0, "nothing left to load");
+}
