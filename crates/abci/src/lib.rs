@@ -26,7 +26,7 @@ pub mod home;
 pub mod light;
 mod metrics;
 pub mod query;
-mod report;
+pub mod report;
 pub mod restore;
 pub mod rpc;
 pub mod snapshot;

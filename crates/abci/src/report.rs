@@ -30,7 +30,13 @@ fn unix_ms() -> u128 {
 
 /// The peak resident set of this process (`VmHWM`), in bytes; 0 where unknown.
 pub fn peak_rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    peak_rss_bytes_of("self")
+}
+
+/// The peak resident set (`VmHWM`) of process `pid` ("self" for this one), in bytes; 0
+/// where unknown (no such process, no /proc).
+pub fn peak_rss_bytes_of(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))

@@ -191,13 +191,7 @@ impl Net {
     /// The peak resident set (`VmHWM`) of a running process of ours, in bytes.
     pub fn peak_rss(&self, name: &str) -> u64 {
         let Some(c) = self.procs.get(name) else { return 0 };
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", c.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        bavl_abci::report::peak_rss_bytes_of(&c.id().to_string())
     }
 
     /// SIGKILL and reap one process.
