@@ -4,7 +4,7 @@
 //!    single-client phase (latency) and a phase with `throughput_clients` concurrent clients
 //!    at every P (throughput, and the per-operation CPU, messages and bytes: every P at its
 //!    peak, as the paper saturates with clients); before the load, the idle
-//!    cluster's background cost (heartbeats, leaders' reports) over two seconds.
+//!    cluster's background cost (heartbeats, leaders' reports) over `idle_s`.
 //! 2. **Client cache off** (the paper's Fig. 3): on the same clusters, search and insert
 //!    again with every request asking the directory first.
 //! 3. **Chunk capacity** (Table III): 8 partitions, insert workload, one cluster per
@@ -67,8 +67,8 @@ impl Setup {
             keys: if q { 10_000 } else { 100_000 },
             partitions: vec![1, 2, 4, 8],
             latency_s: if q { 0.6 } else { 3.0 },
-            throughput_s: if q { 1.0 } else { 5.0 },
-            idle_s: if q { 1.0 } else { 2.0 },
+            throughput_s: if q { 1.0 } else { 8.0 },
+            idle_s: if q { 1.0 } else { 4.0 },
             throughput_clients: 64,
             cache_partitions: if q { vec![8] } else { vec![4, 8] },
             capacities: if q { vec![16, 256] } else { vec![16, 64, 256, 1024] },

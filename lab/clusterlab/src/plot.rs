@@ -168,7 +168,10 @@ fn cache(path: &Path, r: &Results) -> Result<(), E> {
     let mut vals = Vec::new();
     for off in &offs {
         let Some(on) = r.sweep.iter().find(|x| {
-            x.cache && x.setting == "default" && x.partitions == off.partitions && x.workload == off.workload
+            x.cache
+                && x.setting == "default"
+                && x.partitions == off.partitions
+                && x.workload == off.workload
         }) else {
             continue;
         };
