@@ -53,7 +53,9 @@ pub struct Setup {
     /// Partition counts run again (search and update) in the other settings: `no_snapshots`
     /// (no log-compaction snapshot during the load, separating the snapshot's cost, which
     /// grows with a range's size) and `no_fsync` (no fsync wait: the leaders become
-    /// CPU-bound, the premise of the model, instead of bound by one fsync per Raft round).
+    /// CPU-bound, the premise of the model, instead of bound by one fsync per Raft round),
+    /// `equal_group_load` (as default, but `throughput_clients` x P clients, so every group
+    /// sees as many concurrent clients as the one group of P = 1, and batches as much).
     pub setting_partitions: Vec<u64>,
     pub settings: Vec<String>,
     pub no_snapshot_every: u64,
@@ -71,7 +73,7 @@ impl Setup {
             idle_s: if q { 1.0 } else { 4.0 },
             throughput_clients: 64,
             cache_partitions: if q { vec![8] } else { vec![4, 8] },
-            capacities: if q { vec![16, 256] } else { vec![16, 64, 256, 1024] },
+            capacities: if q { vec![16] } else { vec![16, 64, 256, 1024] },
             capacity_partitions: 8,
             capacity_default: 64,
             split_preload: if q { 1_000 } else { 2_000 },
@@ -86,7 +88,11 @@ impl Setup {
             no_fsync: a.no_fsync,
             snapshot_every: 2000,
             setting_partitions: vec![1, 8],
-            settings: vec!["no_snapshots".into(), "no_fsync".into()],
+            settings: if q {
+                vec!["equal_group_load".into()]
+            } else {
+                vec!["no_snapshots".into(), "no_fsync".into(), "equal_group_load".into()]
+            },
             no_snapshot_every: 1 << 40,
         }
     }
@@ -174,8 +180,7 @@ async fn background(c: &LabCluster, seconds: f64) -> Background {
 }
 
 /// The latency and throughput phases of every workload, for one load process.
-fn sweep_phases(s: &Setup, workloads: &[Workload]) -> Vec<PhaseSpec> {
-    let clients = s.throughput_clients;
+fn sweep_phases(s: &Setup, clients: u32, workloads: &[Workload]) -> Vec<PhaseSpec> {
     let warm = if s.quick { 0.5 } else { 1.0 };
     let mut v = vec![phase("warmup".into(), Workload::Search, clients, warm)];
     for &w in workloads {
@@ -234,7 +239,7 @@ async fn sweep_one(s: &Setup, work: &Path, port: u16, p: u64, r: &mut Results) -
         peers: c.peers.clone(),
         no_cache: false,
         keys: s.keys,
-        phases: sweep_phases(s, &WORKLOADS),
+        phases: sweep_phases(s, s.throughput_clients, &WORKLOADS),
         history: None,
         seed: p,
     };
@@ -242,7 +247,12 @@ async fn sweep_one(s: &Setup, work: &Path, port: u16, p: u64, r: &mut Results) -
     r.sweep.extend(rows(p, (true, "default"), &WORKLOADS, &res.phases, &bg));
     if s.cache_partitions.contains(&p) {
         let off = [Workload::Search, Workload::Insert];
-        let spec = Spec { no_cache: true, phases: sweep_phases(s, &off), seed: 100 + p, ..spec };
+        let spec = Spec {
+            no_cache: true,
+            phases: sweep_phases(s, s.throughput_clients, &off),
+            seed: 100 + p,
+            ..spec
+        };
         let res = c.load(&spec).await?;
         r.sweep.extend(rows(p, (false, "default"), &off, &res.phases, &bg));
     }
@@ -262,7 +272,12 @@ async fn setting_one(
     let cfg = match setting {
         "no_snapshots" => Config { snapshot_every: s.no_snapshot_every, ..base },
         "no_fsync" => Config { no_fsync: true, ..base },
+        "equal_group_load" => base,
         other => bail!("unknown setting {other}"),
+    };
+    let clients = match setting {
+        "equal_group_load" => s.throughput_clients * p as u32,
+        _ => s.throughput_clients,
     };
     let c = LabCluster::start(&work.join(format!("{setting}-p{p}")), port, cfg)?;
     c.wait_ready(Duration::from_secs(60)).await?;
@@ -272,7 +287,7 @@ async fn setting_one(
         peers: c.peers.clone(),
         no_cache: false,
         keys: s.keys,
-        phases: sweep_phases(s, &wl),
+        phases: sweep_phases(s, clients, &wl),
         history: None,
         seed: 500 + p,
     };
