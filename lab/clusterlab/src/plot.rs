@@ -16,6 +16,8 @@ use crate::model::Modelled;
 use crate::report::metrics;
 
 type E = Box<dyn std::error::Error>;
+/// One line: its legend, colour and (partitions, value) points.
+type Series = (String, RGBColor, Vec<(u64, f64)>);
 
 const WORKLOADS: [(Workload, &str, RGBColor); 4] = [
     (Workload::Search, "search", RGBColor(31, 102, 181)),
@@ -37,7 +39,7 @@ fn lines(
     area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
     title: &str,
     y_desc: &str,
-    series: &[(String, RGBColor, Vec<(u64, f64)>)],
+    series: &[Series],
     dashed: Option<&[(u64, f64)]>,
 ) -> Result<(), E> {
     let hi = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
@@ -94,21 +96,20 @@ fn costs(path: &Path, r: &Results) -> Result<(), E> {
     let root = BitMapBackend::new(path, (1200, 480)).into_drawing_area();
     root.fill(&WHITE)?;
     let (a, b) = root.split_horizontally(600);
-    let series =
-        |f: &dyn Fn(&crate::report::Metrics) -> f64| -> Vec<(String, RGBColor, Vec<(u64, f64)>)> {
-            WORKLOADS
-                .iter()
-                .map(|(w, name, c)| {
-                    let pts = r
-                        .sweep
-                        .iter()
-                        .filter(|x| x.cache && x.setting == "default" && x.workload == *w)
-                        .map(|x| (x.partitions, f(&metrics(&x.throughput, Some(&x.background)))))
-                        .collect();
-                    (name.to_string(), *c, pts)
-                })
-                .collect()
-        };
+    let series = |f: &dyn Fn(&crate::report::Metrics) -> f64| -> Vec<Series> {
+        WORKLOADS
+            .iter()
+            .map(|(w, name, c)| {
+                let pts = r
+                    .sweep
+                    .iter()
+                    .filter(|x| x.cache && x.setting == "default" && x.workload == *w)
+                    .map(|x| (x.partitions, f(&metrics(&x.throughput, Some(&x.background)))))
+                    .collect();
+                (name.to_string(), *c, pts)
+            })
+            .collect()
+    };
     let cpu = series(&|m| m.cpu_s_per_op * 1e6);
     lines(
         &a,
@@ -126,7 +127,7 @@ fn costs(path: &Path, r: &Results) -> Result<(), E> {
 fn model(path: &Path, modelled: &[Modelled]) -> Result<(), E> {
     let root = BitMapBackend::new(path, (900, 520)).into_drawing_area();
     root.fill(&WHITE)?;
-    let series: Vec<(String, RGBColor, Vec<(u64, f64)>)> = WORKLOADS
+    let series: Vec<Series> = WORKLOADS
         .iter()
         .map(|(w, name, c)| {
             let pts: Vec<(u64, f64)> = modelled
