@@ -109,3 +109,36 @@ impl Calibration {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(partitions: u64, cpu: f64, lookups: f64) -> Point {
+        Point {
+            partitions,
+            workload: Workload::Update,
+            cache: lookups == 0.0,
+            node_cpu_per_op: cpu,
+            background_cpu_per_s: 0.0,
+            dir_lookups_per_op: lookups,
+            dir_writes_per_op: 0.0,
+        }
+    }
+
+    #[test]
+    fn equal_costs_scale_linearly_and_the_directory_bounds_cache_off() {
+        let cal = Calibration {
+            leader_share: vec![(Workload::Update, 0.5)],
+            c_lookup_s: 30e-6,
+            c_write_s: 100e-6,
+        };
+        let m = cal.model(&[point(1, 200e-6, 0.0), point(8, 200e-6, 0.0), point(8, 200e-6, 1.0)]);
+        // One leader core at 0.5 x 200 us per op: 10k ops/s; eight: 80k, efficiency 1.
+        assert!((m[0].throughput_ops_s - 10_000.0).abs() < 1e-6);
+        assert!((m[1].efficiency.unwrap() - 1.0).abs() < 1e-9);
+        // Cache off: one lookup per op over 3 directory replicas at 30 us: 100k ops/s bound.
+        assert!((m[2].directory_bound_ops_s.unwrap() - 100_000.0).abs() < 1e-3);
+        assert!((m[2].throughput_ops_s - 80_000.0).abs() < 1e-6);
+    }
+}

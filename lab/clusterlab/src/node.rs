@@ -138,3 +138,26 @@ pub async fn run(a: NodeArgs) -> Result<()> {
     crate::wire::serve_counted(node, listener).await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_ranges_tile_the_key_space_and_split_the_keys_evenly() {
+        let members: BTreeSet<NodeId> = [1, 2, 3].into();
+        for p in [1u64, 2, 4, 8] {
+            let r = initial_ranges(p, 1000, &members);
+            assert_eq!(r.len() as u64, p);
+            assert!(r[0].start.is_empty() && r[p as usize - 1].end.is_empty());
+            for w in r.windows(2) {
+                assert_eq!(w[0].end, w[1].start, "adjacent ranges meet");
+            }
+            for d in &r {
+                let n = (0..1000).filter(|&i| d.contains(&keys::key(keys::preloaded(i)))).count();
+                assert_eq!(n as u64, 1000 / p, "range {} holds its share", d.id);
+                assert_eq!(d.replicas, members);
+            }
+        }
+    }
+}

@@ -197,3 +197,26 @@ pub async fn query_stats(addr: std::net::SocketAddr) -> std::io::Result<NodeStat
         .ok_or_else(|| std::io::Error::other("connection closed"))?;
     serde_json::from_slice(&frame).map_err(std::io::Error::other)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_cpu_time_and_deltas_subtract_per_class() {
+        assert!(proc_cpu_s("self").is_some());
+        let c = |rpcs, b| Count { rpcs, bytes_in: b, bytes_out: 2 * b };
+        let a =
+            NodeStats { pid: 1, cpu_s: 1.0, classes: [("raft_append".into(), c(3, 10))].into() };
+        let b = NodeStats {
+            pid: 1,
+            cpu_s: 1.5,
+            classes: [("raft_append".into(), c(5, 30)), ("dir_lookup".into(), c(1, 1))].into(),
+        };
+        let d = b.since(&a);
+        assert!((d.cpu_s - 0.5).abs() < 1e-9);
+        assert_eq!(d.classes["raft_append"], c(2, 20));
+        assert_eq!(d.classes["dir_lookup"], c(1, 1));
+        assert_eq!(d.total(), Count { rpcs: 3, bytes_in: 21, bytes_out: 42 });
+    }
+}
