@@ -14,13 +14,16 @@
 #![forbid(unsafe_code)]
 
 mod cluster;
+mod csv;
 mod experiments;
 mod keys;
 mod load;
+mod metrics;
 mod model;
 mod node;
 mod plot;
 mod report;
+mod setup;
 mod wire;
 
 use std::path::{Path, PathBuf};

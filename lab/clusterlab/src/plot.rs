@@ -12,8 +12,8 @@ use plotters::prelude::*;
 
 use crate::experiments::Results;
 use crate::load::Workload;
+use crate::metrics::metrics;
 use crate::model::Modelled;
-use crate::report::metrics;
 
 type E = Box<dyn std::error::Error>;
 /// One line: its legend, colour and (partitions, value) points.
@@ -96,7 +96,7 @@ fn costs(path: &Path, r: &Results) -> Result<(), E> {
     let root = BitMapBackend::new(path, (1200, 480)).into_drawing_area();
     root.fill(&WHITE)?;
     let (a, b) = root.split_horizontally(600);
-    let series = |f: &dyn Fn(&crate::report::Metrics) -> f64| -> Vec<Series> {
+    let series = |f: &dyn Fn(&crate::metrics::Metrics) -> f64| -> Vec<Series> {
         WORKLOADS
             .iter()
             .map(|(w, name, c)| {
@@ -183,7 +183,7 @@ fn cache(path: &Path, r: &Results) -> Result<(), E> {
     let bars = |area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
                 title: &str,
                 y: &str,
-                f: &dyn Fn(&crate::report::Metrics) -> f64|
+                f: &dyn Fn(&crate::metrics::Metrics) -> f64|
      -> Result<(), E> {
         let n = vals.len().max(1);
         let hi = vals.iter().map(|(_, a, b)| f(a).max(f(b))).fold(0.0, f64::max).max(1e-9) * 1.2;

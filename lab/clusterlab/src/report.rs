@@ -2,97 +2,15 @@
 //! model calibrated on them, the targets issue 19 names, and the raw counters of every
 //! phase. Every figure sits in a section whose `kind` is `measured` or `modelled`.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use crate::experiments::{Background, Results, Setup, SweepRow};
-use crate::load::{PhaseResult, Workload};
+use crate::experiments::{Results, Setup, SweepRow};
+use crate::load::Workload;
+use crate::metrics::{metrics, wname};
 use crate::model::{Calibration, Modelled, Point, FORMULA};
-
-/// Per-operation figures of one phase (all measured).
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct Metrics {
-    pub clients: u32,
-    pub ops: u64,
-    pub seconds: f64,
-    pub throughput_ops_s: f64,
-    pub node_cpu_s_per_op: f64,
-    /// The same with the idle cluster's background CPU removed.
-    pub node_cpu_s_per_op_net: f64,
-    pub client_cpu_s_per_op: f64,
-    /// Node and client processes together.
-    pub cpu_s_per_op: f64,
-    /// Request/reply exchanges between processes per operation (each is two messages).
-    pub rpcs_per_op: f64,
-    pub raft_rpcs_per_op: f64,
-    pub bytes_per_op: f64,
-    pub dir_lookups_per_op: f64,
-    pub dir_writes_per_op: f64,
-    pub retries_per_op: f64,
-    pub stale_per_op: f64,
-    pub not_leader_per_op: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub unknown: u64,
-    pub failed: u64,
-    /// Node processes whose counters cover the whole phase (3 unless one was killed).
-    pub nodes_counted: usize,
-}
-
-pub fn metrics(p: &PhaseResult, bg: Option<&Background>) -> Metrics {
-    let ops = p.ok.max(1) as f64;
-    let node_cpu: f64 = p.nodes.values().map(|n| n.cpu_s).sum();
-    let bg_cpu = bg.map_or(0.0, |b| b.node_cpu_s / b.seconds.max(1e-9) * p.wall_s);
-    let mut m = Metrics {
-        clients: p.clients,
-        ops: p.ok,
-        seconds: p.wall_s,
-        throughput_ops_s: p.ok as f64 / p.wall_s.max(1e-9),
-        node_cpu_s_per_op: node_cpu / ops,
-        node_cpu_s_per_op_net: (node_cpu - bg_cpu).max(0.0) / ops,
-        client_cpu_s_per_op: p.client_cpu_s / ops,
-        cpu_s_per_op: (node_cpu + p.client_cpu_s) / ops,
-        retries_per_op: p.client.retries as f64 / ops,
-        stale_per_op: p.client.stale as f64 / ops,
-        not_leader_per_op: p.client.not_leader as f64 / ops,
-        unknown: p.unknown,
-        failed: p.failed,
-        nodes_counted: p.nodes.len(),
-        ..Default::default()
-    };
-    for n in p.nodes.values() {
-        for (class, c) in &n.classes {
-            m.rpcs_per_op += c.rpcs as f64 / ops;
-            m.bytes_per_op += (c.bytes_in + c.bytes_out) as f64 / ops;
-            if class.starts_with("raft_") {
-                m.raft_rpcs_per_op += c.rpcs as f64 / ops;
-            }
-            match class.as_str() {
-                "dir_lookup" => m.dir_lookups_per_op += c.rpcs as f64 / ops,
-                "dir_write" | "dir_read" => m.dir_writes_per_op += c.rpcs as f64 / ops,
-                _ => {}
-            }
-        }
-    }
-    if let Some(l) = p.latency.get("all") {
-        m.p50_ms = l.p50_ms;
-        m.p99_ms = l.p99_ms;
-    }
-    m
-}
-
-fn wname(w: Workload) -> &'static str {
-    match w {
-        Workload::Search => "search",
-        Workload::Update => "update",
-        Workload::Insert => "insert",
-        Workload::Mixed => "mixed",
-        Workload::History => "history",
-    }
-}
 
 fn machine() -> Value {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
@@ -169,10 +87,10 @@ fn lookup_cost(sweep: &[SweepRow]) -> (f64, Option<u64>) {
     best
 }
 
-struct Derived {
-    calibration: Calibration,
-    lookup_from: Option<u64>,
-    modelled: Vec<Modelled>,
+pub struct Derived {
+    pub calibration: Calibration,
+    pub lookup_from: Option<u64>,
+    pub modelled: Vec<Modelled>,
 }
 
 /// The calibration and the model over `rows` (one snapshot policy); `lookup`: c_lookup
@@ -442,7 +360,7 @@ pub fn write(s: &Setup, r: &Results, out: &Path, elapsed: f64) -> Result<()> {
     });
     std::fs::write(out.join("cluster.json"), serde_json::to_string_pretty(&doc)? + "\n")?;
     let ds: Vec<(&str, &Derived)> = settings.iter().map(|(n, _, dd)| (n.as_str(), dd)).collect();
-    write_csv(r, &ds, &fig)?;
+    crate::csv::write(r, &ds, &fig)?;
     if let Err(e) = crate::plot::all(&fig, r, &d.modelled) {
         eprintln!("clusterlab: plots skipped: {e:#}");
     }
@@ -450,88 +368,5 @@ pub fn write(s: &Setup, r: &Results, out: &Path, elapsed: f64) -> Result<()> {
         "clusterlab: wrote {} (update_efficiency_8 {upd8:?}, search_efficiency_8 {sea8:?}, per_op_cost_ratio {ratio:?}, violations {violations:?} in {checked} histories)",
         out.join("cluster.json").display()
     );
-    Ok(())
-}
-
-fn write_csv(r: &Results, ds: &[(&str, &Derived)], fig: &Path) -> Result<()> {
-    let mut t = String::from("kind,partitions,workload,client_cache,setting,phase,clients,ops,seconds,throughput_ops_s,cpu_s_per_op,node_cpu_s_per_op,client_cpu_s_per_op,rpcs_per_op,bytes_per_op,dir_lookups_per_op,retries_per_op,p50_ms,p99_ms\n");
-    for x in &r.sweep {
-        for (phase, p) in [("single_client", &x.latency), ("concurrent", &x.throughput)] {
-            let m = metrics(p, Some(&x.background));
-            writeln!(t, "measured,{},{},{},{},{phase},{},{},{:.3},{:.1},{:.3e},{:.3e},{:.3e},{:.3},{:.0},{:.4},{:.4},{:.3},{:.3}",
-                x.partitions, wname(x.workload), x.cache, x.setting, m.clients, m.ops, m.seconds, m.throughput_ops_s,
-                m.cpu_s_per_op, m.node_cpu_s_per_op, m.client_cpu_s_per_op, m.rpcs_per_op, m.bytes_per_op,
-                m.dir_lookups_per_op, m.retries_per_op, m.p50_ms, m.p99_ms)?;
-        }
-    }
-    std::fs::write(fig.join("partitions.csv"), t)?;
-    let mut t = String::from("kind,setting,partitions,workload,client_cache,throughput_ops_s,partition_bound_ops_s,directory_bound_ops_s,efficiency\n");
-    for (setting, m) in ds.iter().flat_map(|(n, d)| d.modelled.iter().map(move |m| (n, m))) {
-        writeln!(
-            t,
-            "modelled,{setting},{},{},{},{:.0},{:.0},{},{}",
-            m.partitions,
-            wname(m.workload),
-            m.cache,
-            m.throughput_ops_s,
-            m.partition_bound_ops_s,
-            m.directory_bound_ops_s.map_or(String::new(), |v| format!("{v:.0}")),
-            m.efficiency.map_or(String::new(), |v| format!("{v:.3}"))
-        )?;
-    }
-    std::fs::write(fig.join("model.csv"), t)?;
-    let mut t = String::from("kind,capacity,partitions,throughput_ops_s,cpu_s_per_op,node_cpu_s_per_op,rpcs_per_op,bytes_per_op,p50_ms,p99_ms\n");
-    for c in &r.capacity {
-        let m = metrics(&c.throughput, None);
-        writeln!(
-            t,
-            "measured,{},{},{:.1},{:.3e},{:.3e},{:.3},{:.0},{:.3},{:.3}",
-            c.capacity,
-            c.partitions,
-            m.throughput_ops_s,
-            m.cpu_s_per_op,
-            m.node_cpu_s_per_op,
-            m.rpcs_per_op,
-            m.bytes_per_op,
-            m.p50_ms,
-            m.p99_ms
-        )?;
-    }
-    std::fs::write(fig.join("capacity.csv"), t)?;
-    if let Some(sp) = &r.splits {
-        let mut t = String::from("kind,phase,workload,ops,throughput_ops_s,retries_per_op,stale_per_op,not_leader_per_op,client_dir_lookups_per_op,dir_lookups_per_op,dir_writes_per_op\n");
-        for p in sp.phases.iter().filter(|p| p.name != "warmup") {
-            let m = metrics(p, None);
-            writeln!(
-                t,
-                "measured,{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4}",
-                p.name,
-                p.workload.map_or("", wname),
-                m.ops,
-                m.throughput_ops_s,
-                m.retries_per_op,
-                m.stale_per_op,
-                m.not_leader_per_op,
-                p.client.directory_lookups as f64 / p.ok.max(1) as f64,
-                m.dir_lookups_per_op,
-                m.dir_writes_per_op
-            )?;
-        }
-        std::fs::write(fig.join("splits.csv"), t)?;
-    }
-    let mut t = String::from("kind,history,operations,killed_node,killed_at_s,restarted_at_s,unknown_outcome_writes,ranges_at_end\n");
-    for (i, h) in r.histories.iter().enumerate() {
-        writeln!(
-            t,
-            "measured,{i},{},{},{:.2},{:.2},{},{}",
-            h.operations,
-            h.killed_node,
-            h.killed_at_s,
-            h.restarted_at_s,
-            h.phase.unknown,
-            h.ranges_at_end
-        )?;
-    }
-    std::fs::write(fig.join("histories.csv"), t)?;
     Ok(())
 }
