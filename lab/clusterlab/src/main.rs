@@ -1,0 +1,109 @@
+//! `bavl-clusterlab`: the DynaTree experiments (issue 19 §6) on real `bavl-cluster` node
+//! processes over loopback TCP with fsynced Raft logs, written to
+//! `docs/results/cluster.json` with CSV and PNG under `docs/results/cluster/`.
+//!
+//! Measured: CPU-seconds (every node process and the client process, from /proc),
+//! messages and bytes (counted by each node's server loop) per operation, single-client
+//! latency and throughput with concurrent clients, for 1, 2, 4 and 8 partitions; the client
+//! cache on and off; chunk capacities; retries and directory load while ranges split; and
+//! the linearizability of histories recorded while node processes are killed with SIGKILL
+//! and restarted. Modelled: throughput on machines with enough cores, from the measured
+//! per-operation costs (`model.rs`, formula in the JSON and in docs/cluster.md §10).
+//!
+//! `--quick` is the CI smoke (small state, short phases; writes under `--out`).
+#![forbid(unsafe_code)]
+
+mod cluster;
+mod csv;
+mod experiments;
+mod keys;
+mod load;
+mod metrics;
+mod model;
+mod node;
+mod plot;
+mod report;
+mod setup;
+mod wire;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+/// The DynaTree experiments on a real local bavl cluster.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Small state, short phases, one history: the CI smoke (under 2 minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where results go [default: docs/results; quick: target/clusterlab/results].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where clusters live while they run.
+    #[arg(long, default_value = "target/clusterlab/work")]
+    pub work: PathBuf,
+    /// The first loopback port (each cluster takes 10 from there).
+    #[arg(long, default_value_t = 34000)]
+    pub port: u16,
+    /// Run the nodes without fsync (measurement of what the fsyncs cost only).
+    #[arg(long)]
+    pub no_fsync: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// (internal) One node process.
+    Node(node::NodeArgs),
+    /// (internal) The client process: phases of a workload, result as JSON on stdout.
+    Load {
+        #[arg(long)]
+        spec: String,
+    },
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| ".".into())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Some(Cmd::Node(a)) => runtime()?.block_on(node::run(a)),
+        Some(Cmd::Load { spec }) => {
+            let spec: load::Spec = serde_json::from_str(&spec).context("decoding --spec")?;
+            let r = runtime()?.block_on(load::run(spec))?;
+            println!("{}", serde_json::to_string(&r)?);
+            Ok(())
+        }
+        None => {
+            let root = repo_root();
+            let a = cli.run;
+            let out = a.out.clone().unwrap_or_else(|| {
+                if a.quick {
+                    root.join("target/clusterlab/results")
+                } else {
+                    root.join("docs/results")
+                }
+            });
+            let work = if a.work.is_absolute() { a.work.clone() } else { root.join(&a.work) };
+            runtime()?.block_on(experiments::run_all(&a, &root, &out, &work))
+        }
+    }
+}

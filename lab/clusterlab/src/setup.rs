@@ -1,0 +1,79 @@
+//! The sizes and durations of a run (`--quick` or full), recorded in the JSON.
+
+use serde::Serialize;
+
+use crate::RunArgs;
+
+/// Sizes and durations of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Setup {
+    pub quick: bool,
+    pub keys: u64,
+    pub partitions: Vec<u64>,
+    pub latency_s: f64,
+    pub throughput_s: f64,
+    pub idle_s: f64,
+    pub throughput_clients: u32,
+    pub cache_partitions: Vec<u64>,
+    pub capacities: Vec<u32>,
+    pub capacity_partitions: u64,
+    pub capacity_default: u32,
+    pub split_preload: u64,
+    pub split_keys: u64,
+    pub split_phase_s: [f64; 3],
+    pub split_clients: u32,
+    pub histories: usize,
+    pub history_s: f64,
+    pub history_hot_keys: u64,
+    pub history_split_keys: u64,
+    pub history_clients: u32,
+    pub no_fsync: bool,
+    /// `bavl-cluster node`'s log-compaction snapshot interval (entries).
+    pub snapshot_every: u64,
+    /// Partition counts run again (search and update) in the other settings: `no_snapshots`
+    /// (no log-compaction snapshot during the load, separating the snapshot's cost, which
+    /// grows with a range's size) and `no_fsync` (no fsync wait: the leaders become
+    /// CPU-bound, the premise of the model, instead of bound by one fsync per Raft round),
+    /// `equal_group_load` (as default, but `throughput_clients` x P clients, so every group
+    /// sees as many concurrent clients as the one group of P = 1, and batches as much).
+    pub setting_partitions: Vec<u64>,
+    pub settings: Vec<String>,
+    pub no_snapshot_every: u64,
+}
+
+impl Setup {
+    pub fn new(a: &RunArgs) -> Setup {
+        let q = a.quick;
+        Setup {
+            quick: q,
+            keys: if q { 10_000 } else { 100_000 },
+            partitions: vec![1, 2, 4, 8],
+            latency_s: if q { 0.6 } else { 3.0 },
+            throughput_s: if q { 1.0 } else { 8.0 },
+            idle_s: if q { 1.0 } else { 4.0 },
+            throughput_clients: 64,
+            cache_partitions: if q { vec![8] } else { vec![4, 8] },
+            capacities: if q { vec![16] } else { vec![16, 64, 256, 1024] },
+            capacity_partitions: 8,
+            capacity_default: 64,
+            split_preload: if q { 1_000 } else { 2_000 },
+            split_keys: if q { 1_200 } else { 2_400 },
+            split_phase_s: if q { [1.0, 3.0, 1.0] } else { [4.0, 10.0, 4.0] },
+            split_clients: 8,
+            histories: if q { 1 } else { 3 },
+            history_s: if q { 6.0 } else { 12.0 },
+            history_hot_keys: 64,
+            history_split_keys: if q { 150 } else { 300 },
+            history_clients: 8,
+            no_fsync: a.no_fsync,
+            snapshot_every: 2000,
+            setting_partitions: vec![1, 8],
+            settings: if q {
+                vec!["equal_group_load".into()]
+            } else {
+                vec!["no_snapshots".into(), "no_fsync".into(), "equal_group_load".into()]
+            },
+            no_snapshot_every: 1 << 40,
+        }
+    }
+}

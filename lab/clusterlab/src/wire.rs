@@ -1,0 +1,222 @@
+//! The node's side of the measurement: the cluster's TCP frames (the same format as
+//! `bavl_cluster::tcp`: `len: u32 LE | JSON`, a request being `{"from": node, "msg":
+//! Message}`), served by a loop that counts every request and reply by class and size, and
+//! answers one extra query (`{"lab":"stats"}`) with the counters and the process's CPU time.
+//!
+//! Counting on the serving side sees every message exactly once (each request is received
+//! by one node; its reply leaves that node), at no cost beyond a match on the decoded
+//! request. Stats queries are not counted.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use bavl_cluster::msg::{ClientOp, Message, RaftRpc};
+use bavl_cluster::node::Node;
+use bavl_cluster::tcp::MAX_FRAME;
+use bavl_cluster::types::{NodeId, DIRECTORY_GROUP};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Deserialize)]
+struct Request {
+    #[allow(dead_code)]
+    from: NodeId,
+    msg: Message,
+}
+
+#[derive(Deserialize)]
+struct LabQuery {
+    lab: String,
+}
+
+/// Requests, request bytes and reply bytes of one class of message (frames with their
+/// 4-byte length prefix).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Count {
+    pub rpcs: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// What a node answers to a stats query.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeStats {
+    pub pid: u32,
+    /// utime + stime of the whole process, seconds.
+    pub cpu_s: f64,
+    /// Per class: `raft_append` (with entries), `raft_heartbeat` (no entries), `raft_vote`,
+    /// `raft_snapshot`, `client_data`, `dir_lookup`, `dir_write` (Report, AllocGroupId),
+    /// `dir_read` (Ranges).
+    pub classes: BTreeMap<String, Count>,
+}
+
+impl NodeStats {
+    pub fn total(&self) -> Count {
+        let mut t = Count::default();
+        for c in self.classes.values() {
+            t.rpcs += c.rpcs;
+            t.bytes_in += c.bytes_in;
+            t.bytes_out += c.bytes_out;
+        }
+        t
+    }
+
+    /// `self - earlier`, class by class.
+    pub fn since(&self, earlier: &NodeStats) -> NodeStats {
+        let mut classes = BTreeMap::new();
+        for (k, c) in &self.classes {
+            let e = earlier.classes.get(k).copied().unwrap_or_default();
+            classes.insert(
+                k.clone(),
+                Count {
+                    rpcs: c.rpcs - e.rpcs,
+                    bytes_in: c.bytes_in - e.bytes_in,
+                    bytes_out: c.bytes_out - e.bytes_out,
+                },
+            );
+        }
+        NodeStats { pid: self.pid, cpu_s: self.cpu_s - earlier.cpu_s, classes }
+    }
+}
+
+/// Ticks per second of `/proc/*/stat` times (USER_HZ; 100 on every Linux we run on).
+const USER_HZ: f64 = 100.0;
+
+/// utime + stime of process `pid` in seconds (`self` for this process), from /proc.
+pub fn proc_cpu_s(pid: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / USER_HZ)
+}
+
+fn class(msg: &Message) -> &'static str {
+    match msg {
+        Message::Raft { rpc, .. } => match rpc.as_ref() {
+            RaftRpc::Append(a) if a.entries.is_empty() => "raft_heartbeat",
+            RaftRpc::Append(_) => "raft_append",
+            RaftRpc::Vote(_) => "raft_vote",
+            RaftRpc::Snapshot(_) => "raft_snapshot",
+        },
+        Message::Client(req) if req.group == DIRECTORY_GROUP => match req.op {
+            ClientOp::Lookup(_) => "dir_lookup",
+            ClientOp::Ranges => "dir_read",
+            _ => "dir_write",
+        },
+        Message::Client(_) => "client_data",
+    }
+}
+
+pub async fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match s.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!("frame of {len} bytes over the limit")));
+    }
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf).await?;
+    Ok(Some(buf))
+}
+
+pub async fn write_frame(s: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(bytes.len()).map_err(|_| std::io::Error::other("frame too large"))?;
+    s.write_all(&len.to_le_bytes()).await?;
+    s.write_all(bytes).await?;
+    s.flush().await
+}
+
+type Counters = Arc<Mutex<BTreeMap<String, Count>>>;
+
+/// Serves `node` on `listener` as `bavl_cluster::tcp::serve` does, counting every message.
+pub async fn serve_counted(node: Arc<Node>, listener: TcpListener) {
+    let counters: Counters = Arc::default();
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let _ = stream.set_nodelay(true);
+        let node = node.clone();
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(frame)) = read_frame(&mut stream).await {
+                if node.is_stopped() {
+                    break;
+                }
+                let (bytes, counted) = match serde_json::from_slice::<Request>(&frame) {
+                    Ok(req) => {
+                        let class = class(&req.msg);
+                        let reply = node.handle(req.msg).await;
+                        (serde_json::to_vec(&reply).expect("replies serialize"), Some(class))
+                    }
+                    Err(_) => match serde_json::from_slice::<LabQuery>(&frame) {
+                        Ok(q) if q.lab == "stats" => (stats_json(&counters), None),
+                        _ => break,
+                    },
+                };
+                if let Some(class) = counted {
+                    let mut c = counters.lock().expect("not poisoned");
+                    let e = c.entry(class.to_string()).or_default();
+                    e.rpcs += 1;
+                    e.bytes_in += frame.len() as u64 + 4;
+                    e.bytes_out += bytes.len() as u64 + 4;
+                }
+                if write_frame(&mut stream, &bytes).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+fn stats_json(counters: &Counters) -> Vec<u8> {
+    let stats = NodeStats {
+        pid: std::process::id(),
+        cpu_s: proc_cpu_s("self").unwrap_or(0.0),
+        classes: counters.lock().expect("not poisoned").clone(),
+    };
+    serde_json::to_vec(&stats).expect("stats serialize")
+}
+
+/// Asks the node at `addr` for its counters and CPU time.
+pub async fn query_stats(addr: std::net::SocketAddr) -> std::io::Result<NodeStats> {
+    let mut s = tokio::time::timeout(std::time::Duration::from_secs(3), TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::other("connect timed out"))??;
+    write_frame(&mut s, br#"{"lab":"stats"}"#).await?;
+    let frame = tokio::time::timeout(std::time::Duration::from_secs(5), read_frame(&mut s))
+        .await
+        .map_err(|_| std::io::Error::other("stats timed out"))??
+        .ok_or_else(|| std::io::Error::other("connection closed"))?;
+    serde_json::from_slice(&frame).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_cpu_time_and_deltas_subtract_per_class() {
+        assert!(proc_cpu_s("self").is_some());
+        let c = |rpcs, b| Count { rpcs, bytes_in: b, bytes_out: 2 * b };
+        let a =
+            NodeStats { pid: 1, cpu_s: 1.0, classes: [("raft_append".into(), c(3, 10))].into() };
+        let b = NodeStats {
+            pid: 1,
+            cpu_s: 1.5,
+            classes: [("raft_append".into(), c(5, 30)), ("dir_lookup".into(), c(1, 1))].into(),
+        };
+        let d = b.since(&a);
+        assert!((d.cpu_s - 0.5).abs() < 1e-9);
+        assert_eq!(d.classes["raft_append"], c(2, 20));
+        assert_eq!(d.classes["dir_lookup"], c(1, 1));
+        assert_eq!(d.total(), Count { rpcs: 3, bytes_in: 21, bytes_out: 42 });
+    }
+}
