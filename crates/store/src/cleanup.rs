@@ -5,6 +5,7 @@
 use std::sync::atomic::AtomicBool;
 
 use crate::backend::Backend;
+use crate::durable::ChunkKeep;
 use crate::error::{IoContext, StoreError};
 use crate::meta::{checkpoint_name, classify, wal_name, FileKind, TMP_SUFFIX};
 use crate::pace::Pacer;
@@ -14,14 +15,16 @@ use crate::pace::Pacer;
 /// next `fdatasync` of the log for about 100 ms (`docs/design.md` §8.7).
 pub(crate) const SHRINK_STEP: u64 = 8 << 20;
 
-/// Deletes checkpoints older than `version` and log segments holding only versions up
-/// to `version`, once the checkpoint of `version` is durable. They are first renamed to
+/// Deletes checkpoints and skeletons older than `version`, log segments holding only
+/// versions up to `version`, and the chunk files `keep` calls obsolete, once the
+/// checkpoint of `version` is durable. They are first renamed to
 /// `*.tmp` (which opening deletes, so a crash midway leaves nothing that could pass for
 /// state); with a `pacer`, each is then shrunk by [`SHRINK_STEP`] per commit before it is
 /// unlinked.
 pub(crate) fn delete_obsolete(
     backend: &dyn Backend,
     version: u64,
+    keep: &ChunkKeep,
     pacer: Option<(&Pacer, &AtomicBool)>,
 ) -> Result<(), StoreError> {
     let names = backend.list().ctx(|| "listing the store".into())?;
@@ -29,7 +32,8 @@ pub(crate) fn delete_obsolete(
     let mut doomed = Vec::new();
     for name in names {
         match classify(&name) {
-            FileKind::Checkpoint(v) if v < version => doomed.push(name),
+            FileKind::Checkpoint(v) | FileKind::Skeleton(v) if v < version => doomed.push(name),
+            FileKind::Chunks(id) if keep.obsolete(id) => doomed.push(name),
             FileKind::Wal(first) => segments.push(first),
             _ => {}
         }
@@ -133,7 +137,7 @@ mod tests {
         let activity = Activity::new();
         let pacer = Pacer::new(activity, CheckpointPace::default(), 1000);
         let stop = AtomicBool::new(false);
-        delete_obsolete(&b, 9, Some((&pacer, &stop))).unwrap();
+        delete_obsolete(&b, 9, &ChunkKeep::none(), Some((&pacer, &stop))).unwrap();
         let mut left = b.list().unwrap();
         left.sort();
         assert_eq!(left, [new, wal_name(10)]);

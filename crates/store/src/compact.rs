@@ -30,7 +30,8 @@ impl Pager {
         version: u64,
     ) -> Result<(), StoreError> {
         let size = self.current().len();
-        if size < self.min_compact {
+        // Durable chunk files are compacted by checkpoints, not here (§8.5.1).
+        if size < self.min_compact || self.durable.is_some() {
             return Ok(());
         }
         // Every record: 4 + body bytes; estimate the live ones from the chunk count and
@@ -41,7 +42,7 @@ impl Pager {
         if size <= SLACK * live {
             return Ok(());
         }
-        let next = self.gen.wrapping_add(1).max(1);
+        let next = ((self.gen + 1) % crate::paging::DURABLE_KEY).max(1);
         if self.files.0.contains_key(&next) {
             return Ok(()); // that generation's file is still needed: try again later
         }

@@ -52,6 +52,7 @@ pub mod checkpoint;
 mod cleanup;
 mod compact;
 mod create;
+mod durable;
 mod error;
 mod job;
 mod memory;
@@ -103,6 +104,8 @@ pub struct Store {
     /// A checkpoint whose older files are still on disk: deleted at the first commit at
     /// which no retained version is older than it.
     pending_cleanup: Option<u64>,
+    /// The chunk files that cleanup keeps.
+    cleanup_keep: durable::ChunkKeep,
     poisoned: Option<String>,
     /// `HEAD`, shared with the checkpoint thread, and when this thread last moved it.
     head_mark: Arc<meta::HeadMark>,
@@ -139,6 +142,9 @@ impl Store {
             return Err(StoreError::InvalidOption("keep_recent must be at least 1".into()));
         }
         let mut pager = Pager::for_options(&opts)?;
+        if let Some(p) = &mut pager {
+            p.backend = Some(backend.clone());
+        }
         let o = open::recover(&*backend, &opts, opts.read_only, pager.as_mut())?;
         let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
         let temporary = o.temporary;
@@ -156,6 +162,7 @@ impl Store {
             last_report: None,
             job: None,
             pending_cleanup: o.last_checkpoint.map(|(v, _)| v),
+            cleanup_keep: o.chunk_keep.clone(),
             poisoned: None,
             head_mark: Arc::new(meta::HeadMark::new(o.recovery.head_file.unwrap_or(0))),
             head_written_at: Instant::now(),
@@ -179,7 +186,7 @@ impl Store {
             // checkpoint replaces if no retained version needs them; then the
             // temporaries, the store's own only.
             if let Some(base) = store.recovery.checkpoint {
-                delete_obsolete(&*store.backend, base, None)?;
+                delete_obsolete(&*store.backend, base, &store.cleanup_keep, None)?;
             }
             store.clean_up()?;
             for name in &temporary {
@@ -382,7 +389,7 @@ impl Store {
             return Ok(());
         }
         self.pending_cleanup = None;
-        delete_obsolete(&*self.backend, version, None).inspect_err(|e| {
+        delete_obsolete(&*self.backend, version, &self.cleanup_keep, None).inspect_err(|e| {
             self.poisoned = Some(e.to_string());
         })
     }

@@ -18,20 +18,28 @@ use std::fs::File;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bavl_core::{Body, InputError, PageRef, Snapshot, Tree};
 
+use crate::backend::{Backend, WriteFile};
 use crate::error::IoContext;
-use crate::{Store, StoreError};
+use crate::{durable, Store, StoreError};
 
-/// The file of evicted bodies, shared by the writer (which appends) and the checkpoint
-/// thread and readers (which read).
+/// A file of chunk bodies, shared by the writer (which appends) and the checkpoint
+/// thread and readers (which read): a scratch page file, or a durable chunk file.
 pub(crate) struct PageFile {
-    file: File,
+    kind: Kind,
     /// Bytes appended so far: no record may claim to reach beyond.
     end: AtomicU64,
-    dir: String,
+    name: String,
+}
+
+enum Kind {
+    /// A nameless file (read-only opens: nothing is written into the store).
+    Scratch(File),
+    /// `chunks-<id>.bavl` of the store, appended through `writer` while it is open.
+    Durable { backend: Arc<dyn Backend>, writer: Mutex<Option<Box<dyn WriteFile>>> },
 }
 
 /// A key and its value, copied out of the store.
@@ -63,23 +71,72 @@ impl PageFile {
     pub(crate) fn create(dir: &Path) -> Result<Arc<PageFile>, StoreError> {
         let file =
             anonymous_file(dir).ctx(|| format!("creating a page file in {}", dir.display()))?;
-        Ok(Arc::new(PageFile { file, end: AtomicU64::new(0), dir: dir.display().to_string() }))
+        let name = format!("the page file in {}", dir.display());
+        Ok(Arc::new(PageFile { kind: Kind::Scratch(file), end: AtomicU64::new(0), name }))
     }
 
-    fn name(&self) -> String {
-        format!("the page file in {}", self.dir)
+    /// A new chunk file `id` of the store, its header written (not synced: the checkpoint
+    /// that names its records syncs it first).
+    pub(crate) fn create_durable(
+        backend: &Arc<dyn Backend>,
+        id: u64,
+    ) -> Result<Arc<PageFile>, StoreError> {
+        let name = crate::meta::chunk_file_name(id);
+        let mut f = backend.create(&name).ctx(|| format!("creating {name}"))?;
+        let header = durable::chunk_file_header(id);
+        f.write_all(&header).ctx(|| format!("writing {name}"))?;
+        let writer = Mutex::new(Some(f));
+        let kind = Kind::Durable { backend: backend.clone(), writer };
+        Ok(Arc::new(PageFile { kind, end: AtomicU64::new(header.len() as u64), name }))
+    }
+
+    /// The existing chunk file `id`, `len` bytes long, for reading.
+    pub(crate) fn open_durable(backend: &Arc<dyn Backend>, id: u64, len: u64) -> Arc<PageFile> {
+        let kind = Kind::Durable { backend: backend.clone(), writer: Mutex::new(None) };
+        let name = crate::meta::chunk_file_name(id);
+        Arc::new(PageFile { kind, end: AtomicU64::new(len), name })
+    }
+
+    pub(crate) fn name(&self) -> String {
+        self.name.clone()
     }
 
     /// Appends a record; returns its offset.
     pub(crate) fn append(&self, body: &[u8]) -> Result<u64, StoreError> {
-        use std::os::unix::fs::FileExt;
-        let at = self.end.load(Ordering::Acquire);
         let mut rec = Vec::with_capacity(body.len() + 4);
         rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
         rec.extend_from_slice(body);
-        self.file.write_all_at(&rec, at).ctx(|| format!("writing {}", self.name()))?;
+        let at = match &self.kind {
+            Kind::Scratch(file) => {
+                use std::os::unix::fs::FileExt;
+                let at = self.end.load(Ordering::Acquire);
+                file.write_all_at(&rec, at).ctx(|| format!("writing {}", self.name))?;
+                at
+            }
+            Kind::Durable { writer, .. } => {
+                let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
+                let at = self.end.load(Ordering::Acquire);
+                let Some(f) = w.as_mut() else {
+                    return Err(StoreError::Poisoned(format!("{} is sealed", self.name)));
+                };
+                f.write_all(&rec).ctx(|| format!("writing {}", self.name))?;
+                at
+            }
+        };
         self.end.store(at + rec.len() as u64, Ordering::Release);
         Ok(at)
+    }
+
+    /// Makes every record appended so far durable and closes the file for appending.
+    pub(crate) fn seal(&self) -> Result<(), StoreError> {
+        if let Kind::Durable { writer, .. } = &self.kind {
+            let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(f) = w.as_mut() {
+                f.sync().ctx(|| format!("syncing {}", self.name))?;
+            }
+            *w = None;
+        }
+        Ok(())
     }
 
     /// Bytes appended so far.
@@ -89,47 +146,59 @@ impl PageFile {
 
     /// Reads the body of the record at `at`, bounds checked against the file.
     pub(crate) fn read_raw(&self, at: u64) -> Result<Vec<u8>, StoreError> {
-        use std::os::unix::fs::FileExt;
         let end = self.end.load(Ordering::Acquire);
-        let bad = |what: &str| StoreError::corrupted(&self.name(), at, what);
-        if at.checked_add(4).is_none_or(|e| e > end) {
-            return Err(bad("a location beyond the end of the page file"));
+        match &self.kind {
+            Kind::Scratch(file) => {
+                use std::os::unix::fs::FileExt;
+                durable::read_record(&self.name, end, at, |buf, off| file.read_exact_at(buf, off))
+            }
+            Kind::Durable { backend, .. } => {
+                let name = &self.name;
+                durable::read_record(name, end, at, |buf, off| backend.read_at(name, off, buf))
+            }
         }
-        let mut len = [0u8; 4];
-        self.file.read_exact_at(&mut len, at).ctx(|| format!("reading {}", self.name()))?;
-        let len = u32::from_le_bytes(len) as u64;
-        if at + 4 + len > end {
-            return Err(bad("a record running past the end of the page file"));
-        }
-        let mut body = vec![0; len as usize];
-        self.file.read_exact_at(&mut body, at + 4).ctx(|| format!("reading {}", self.name()))?;
-        Ok(body)
     }
 }
 
-/// Splits a location into its generation and offset.
-pub(crate) fn split_loc(loc: u64) -> (u16, u64) {
-    ((loc >> 48) as u16, (loc & ((1 << 48) - 1)).saturating_sub(1))
+/// The bits of a location that hold its offset (plus one).
+const OFFSET_BITS: u32 = 40;
+/// The key of a durable chunk file: this bit, or its number (scratch files are below).
+pub(crate) const DURABLE_KEY: u32 = 1 << 23;
+
+/// Splits a location into its file key and offset.
+pub(crate) fn split_loc(loc: u64) -> (u32, u64) {
+    ((loc >> OFFSET_BITS) as u32, (loc & ((1 << OFFSET_BITS) - 1)).saturating_sub(1))
 }
 
-/// The location of offset `at` in generation `gen`.
-pub(crate) fn make_loc(gen: u16, at: u64) -> u64 {
-    (gen as u64) << 48 | (at + 1)
+/// The location of offset `at` in the file of key `key`.
+pub(crate) fn make_loc(key: u32, at: u64) -> u64 {
+    (key as u64) << OFFSET_BITS | (at + 1)
 }
 
-/// The page files by generation: what a reader needs to find any page a version names.
+/// The key of chunk file `id`.
+pub(crate) fn durable_key(id: u64) -> u32 {
+    DURABLE_KEY | (id as u32 & (DURABLE_KEY - 1))
+}
+
+/// The chunk file a location names, if it names one.
+pub(crate) fn durable_id(loc: u64) -> Option<u64> {
+    let key = split_loc(loc).0;
+    (key & DURABLE_KEY != 0 && key < 2 * DURABLE_KEY).then_some((key & (DURABLE_KEY - 1)) as u64)
+}
+
+/// The page files by key: what a reader needs to find any page a version names.
 #[derive(Clone, Default)]
-pub(crate) struct PageSet(pub(crate) std::collections::BTreeMap<u16, Arc<PageFile>>);
+pub(crate) struct PageSet(pub(crate) std::collections::BTreeMap<u32, Arc<PageFile>>);
 
 impl PageSet {
     fn file(&self, loc: u64) -> Result<(&PageFile, u64), StoreError> {
-        let (gen, at) = split_loc(loc);
-        match self.0.get(&gen) {
+        let (key, at) = split_loc(loc);
+        match self.0.get(&key) {
             Some(f) => Ok((f, at)),
             None => Err(StoreError::corrupted(
                 "the page files",
                 at,
-                format!("no page file of generation {gen} (retired: was the version pruned?)"),
+                format!("no page file of key {key} (retired: was the version pruned?)"),
             )),
         }
     }
@@ -143,6 +212,11 @@ impl PageSet {
         })
     }
 
+    /// The name of the file `loc` is in, for messages.
+    pub(crate) fn name_of(&self, loc: u64) -> String {
+        self.file(loc).map_or_else(|_| "the page files".into(), |(f, _)| f.name())
+    }
+
     /// `snap` with the bodies of `pages` resident, each verified against its page.
     pub(crate) fn materialize(
         &self,
@@ -153,8 +227,16 @@ impl PageSet {
         for p in pages {
             bodies.push((p.index, self.read(p)?));
         }
-        snap.with_bodies(bodies)
-            .map_err(|e| StoreError::corrupted("the page files", 0, e.to_string()))
+        snap.with_bodies(bodies).map_err(|e| {
+            let index = match &e {
+                bavl_core::PageError::NotAbsent { index }
+                | bavl_core::PageError::Mismatch { index, .. } => *index,
+            };
+            match pages.iter().find(|p| p.index == index) {
+                Some(p) => StoreError::corrupted(&self.name_of(p.loc), split_loc(p.loc).1, e.to_string()),
+                None => StoreError::corrupted("the page files", 0, e.to_string()),
+            }
+        })
     }
 }
 
@@ -181,11 +263,16 @@ fn anonymous_file(dir: &Path) -> std::io::Result<File> {
 /// Loads and evicts the working tree's chunk bodies against a budget.
 pub(crate) struct Pager {
     pub(crate) files: PageSet,
-    /// The generation appended to.
-    pub(crate) gen: u16,
+    /// The key of the file appended to.
+    pub(crate) gen: u32,
+    /// With durable chunk files: the store's backend and the number of the chunk file
+    /// appended to (`docs/design.md` §8.5.1).
+    pub(crate) durable: Option<(Arc<dyn Backend>, u64)>,
+    /// The store's backend, once attached: its chunk files are read in place.
+    pub(crate) backend: Option<Arc<dyn Backend>>,
     pub(crate) dir: std::path::PathBuf,
     /// Retired generations and the version from which no version names them.
-    pub(crate) retiring: Vec<(u64, u16)>,
+    pub(crate) retiring: Vec<(u64, u32)>,
     pub(crate) budget: u64,
     /// The smallest file [`Pager::maybe_compact`] compacts.
     pub(crate) min_compact: u64,
@@ -210,6 +297,8 @@ impl Pager {
         Ok(Pager {
             files,
             gen,
+            durable: None,
+            backend: None,
             dir,
             retiring,
             budget,
@@ -231,6 +320,52 @@ impl Pager {
         Ok(Some(p))
     }
 
+    /// Appends from now on to chunk files of the store, the first numbered `id`.
+    pub(crate) fn use_chunk_files(
+        &mut self,
+        backend: &Arc<dyn Backend>,
+        id: u64,
+    ) -> Result<(), StoreError> {
+        let key = durable_key(id);
+        self.files.0.insert(key, PageFile::create_durable(backend, id)?);
+        self.gen = key;
+        self.durable = Some((backend.clone(), id));
+        Ok(())
+    }
+
+    /// Registers the store's chunk files `files` for reading, and with `writable` starts
+    /// a new one, numbered after them, for what is evicted from now on. Needs the
+    /// backend attached (a pager without one keeps its scratch file: `bavl check`).
+    pub(crate) fn open_chunk_files(
+        &mut self,
+        files: &crate::durable::ChunkFiles,
+        writable: bool,
+    ) -> Result<(), StoreError> {
+        let Some(backend) = self.backend.clone() else { return Ok(()) };
+        for (&id, &len) in files {
+            self.add_chunk_file(&backend, id, len);
+        }
+        if writable {
+            let next = files.keys().next_back().map_or(1, |id| id + 1);
+            self.use_chunk_files(&backend, next)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the existing chunk file `id` (of `len` bytes) readable.
+    pub(crate) fn add_chunk_file(&mut self, backend: &Arc<dyn Backend>, id: u64, len: u64) {
+        self.files.0.insert(durable_key(id), PageFile::open_durable(backend, id, len));
+    }
+
+    /// Starts the next chunk file and returns the one appended to until now, with its
+    /// number (a checkpoint completes and seals it).
+    pub(crate) fn rotate(&mut self) -> Result<Option<(u64, Arc<PageFile>)>, StoreError> {
+        let Some((backend, id)) = self.durable.clone() else { return Ok(None) };
+        let old = self.current().clone();
+        self.use_chunk_files(&backend, id + 1)?;
+        Ok(Some((id, old)))
+    }
+
     pub(crate) fn current(&self) -> &Arc<PageFile> {
         &self.files.0[&self.gen]
     }
@@ -249,7 +384,7 @@ impl Pager {
         for p in needs {
             let body = self.files.read(&p)?;
             tree.page_in(p.index, body).map_err(|e| {
-                StoreError::corrupted(&self.current().name(), split_loc(p.loc).1, e.to_string())
+                StoreError::corrupted(&self.files.name_of(p.loc), split_loc(p.loc).1, e.to_string())
             })?;
             self.stats.loads += 1;
         }
@@ -332,7 +467,7 @@ impl Store {
         let loaded = read.len();
         for (pg, body) in read {
             self.tree.page_in(pg.index, body?).map_err(|e| {
-                StoreError::corrupted("the page files", split_loc(pg.loc).1, e.to_string())
+                StoreError::corrupted(&files.name_of(pg.loc), split_loc(pg.loc).1, e.to_string())
             })?;
         }
         p.stats.loads += loaded as u64;

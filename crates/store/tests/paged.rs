@@ -143,8 +143,22 @@ fn retained_versions_read_and_prove_their_evicted_chunks() {
     assert!(old.try_get(&key).is_err(), "the retained version itself is unchanged");
 }
 
+/// The file of `dir` whose name starts with `prefix`.
+fn file_of(dir: &std::path::Path, prefix: &str) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} file"))
+}
+
+fn check_problems(dir: &std::path::Path) -> Vec<bavl_store::check::Problem> {
+    let backend = bavl_store::DirBackend::open_read_only(dir).unwrap();
+    bavl_store::check::check(&backend).unwrap().problems
+}
+
 #[test]
-fn a_paged_open_verifies_the_checkpoint_like_an_unpaged_one() {
+fn a_damaged_skeleton_is_corrupted_on_open_and_named_by_check() {
     let dir = TempDir::new("paged-damage");
     let mut store = Store::open(dir.path(), paged(0)).unwrap();
     for i in 0u32..1500 {
@@ -153,26 +167,79 @@ fn a_paged_open_verifies_the_checkpoint_like_an_unpaged_one() {
     store.commit().unwrap();
     store.checkpoint().unwrap();
     store.close().unwrap();
-    let ckpt = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".bavl"))
-        .expect("a checkpoint");
-    let good = std::fs::read(&ckpt).unwrap();
-    for at in [good.len() / 3, good.len() / 2, good.len() - 30] {
+    assert!(check_problems(dir.path()).is_empty());
+    let skel = file_of(dir.path(), "skel-");
+    let skel_name = skel.file_name().unwrap().to_string_lossy().to_string();
+    let good = std::fs::read(&skel).unwrap();
+    for at in (0..good.len()).step_by(13).chain([good.len() - 1]) {
         let mut bad = good.clone();
         bad[at] ^= 0x04;
-        std::fs::write(&ckpt, &bad).unwrap();
+        std::fs::write(&skel, &bad).unwrap();
         let read_only = Options { read_only: true, ..paged(0) };
         match Store::open(dir.path(), read_only) {
-            Err(bavl_store::StoreError::Corrupted { .. }) => {}
+            Err(bavl_store::StoreError::Corrupted { file, .. }) => assert_eq!(file, skel_name),
             Err(e) => panic!("byte {at}: another error: {e}"),
-            Ok(_) => panic!("byte {at}: a damaged checkpoint opened"),
+            Ok(_) => panic!("byte {at}: a damaged skeleton opened"),
+        }
+        if at % 91 == 0 {
+            let problems = check_problems(dir.path());
+            assert!(problems.iter().any(|p| p.file == skel_name), "byte {at}: {problems:?}");
         }
     }
-    std::fs::write(&ckpt, &good).unwrap();
+    std::fs::write(&skel, &good).unwrap();
     let mut store = Store::open(dir.path(), paged(0)).unwrap();
     assert_eq!(store.read(&700u32.to_be_bytes()).unwrap(), Some(&b"some value"[..]));
+}
+
+#[test]
+fn a_damaged_chunk_file_is_corrupted_never_an_answer() {
+    let dir = TempDir::new("paged-chunk-damage");
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    for i in 0u32..600 {
+        store.insert(&i.to_be_bytes(), format!("value {i}").as_bytes()).unwrap();
+    }
+    store.commit().unwrap();
+    store.checkpoint().unwrap();
+    store.close().unwrap();
+    let chunks = file_of(dir.path(), "chunks-");
+    let chunks_name = chunks.file_name().unwrap().to_string_lossy().to_string();
+    let good = std::fs::read(&chunks).unwrap();
+    // The header (20 bytes) and the first two records, byte by byte.
+    let first = 20 + 4 + u32::from_le_bytes(good[20..24].try_into().unwrap()) as usize;
+    let end = first + 4 + u32::from_le_bytes(good[first..first + 4].try_into().unwrap()) as usize;
+    for at in 0..end {
+        let mut bad = good.clone();
+        bad[at] ^= 0x10;
+        std::fs::write(&chunks, &bad).unwrap();
+        let read_only = Options { read_only: true, ..paged(0) };
+        let mut store = match Store::open(dir.path(), read_only) {
+            Err(bavl_store::StoreError::Corrupted { file, .. }) => {
+                assert_eq!(file, chunks_name, "byte {at}");
+                continue;
+            }
+            Err(e) => panic!("byte {at}: another error: {e}"),
+            Ok(s) => s,
+        };
+        let mut refused = 0;
+        for i in 0u32..40 {
+            match store.read(&i.to_be_bytes()) {
+                Ok(v) => assert_eq!(v, Some(format!("value {i}").as_bytes()), "byte {at}"),
+                Err(bavl_store::StoreError::Corrupted { file, .. }) => {
+                    assert_eq!(file, chunks_name, "byte {at}");
+                    refused += 1;
+                }
+                Err(e) => panic!("byte {at}: another error: {e}"),
+            }
+        }
+        assert!(refused > 0, "byte {at}: the damage went unnoticed");
+        drop(store);
+        if at % 7 == 0 {
+            let problems = check_problems(dir.path());
+            assert!(problems.iter().any(|p| p.file == chunks_name), "byte {at}: {problems:?}");
+        }
+        let unpaged = Options { read_only: true, cache_bytes: None, ..paged(0) };
+        assert!(Store::open(dir.path(), unpaged).is_err(), "byte {at}: an unpaged open reads all");
+    }
 }
 
 #[test]
