@@ -232,7 +232,13 @@ fn older_files(l: &crate::open::Listing, base: Option<u64>, report: &mut CheckRe
     let Some(base) = base else { return };
     let cleanup_cut = l.temporary.iter().any(|t| {
         let stem = t.strip_suffix(meta::TMP_SUFFIX).unwrap_or(t);
-        matches!(meta::classify(stem), FileKind::Checkpoint(_) | FileKind::Wal(_))
+        matches!(
+            meta::classify(stem),
+            FileKind::Checkpoint(_)
+                | FileKind::Skeleton(_)
+                | FileKind::Wal(_)
+                | FileKind::Chunks(_)
+        )
     });
     let mut found = Vec::new();
     for &c in l.checkpoints.iter().filter(|&&c| c < base) {

@@ -30,10 +30,11 @@ pub(crate) fn delete_obsolete(
     let names = backend.list().ctx(|| "listing the store".into())?;
     let mut segments: Vec<u64> = Vec::new();
     let mut doomed = Vec::new();
+    let mut chunk_files = Vec::new();
     for name in names {
         match classify(&name) {
             FileKind::Checkpoint(v) | FileKind::Skeleton(v) if v < version => doomed.push(name),
-            FileKind::Chunks(id) if keep.obsolete(id) => doomed.push(name),
+            FileKind::Chunks(id) if keep.obsolete(id) => chunk_files.push(name),
             FileKind::Wal(first) => segments.push(first),
             _ => {}
         }
@@ -45,6 +46,11 @@ pub(crate) fn delete_obsolete(
             doomed.push(wal_name(pair[0]));
         }
     }
+    // Chunk files last: a skeleton is hidden before any file it names (a crash between
+    // leaves unnamed chunk files, which opening deletes, never a skeleton naming a
+    // missing one).
+    chunk_files.sort_unstable();
+    doomed.extend(chunk_files);
     if doomed.is_empty() {
         return Ok(());
     }

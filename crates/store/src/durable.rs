@@ -74,7 +74,8 @@ pub(crate) fn read_record(
 }
 
 fn encode_header(h: &Header) -> Vec<u8> {
-    let mut out = crate::checkpoint::encode_header(h.version, &h.root, h.capacity, h.keys, h.chunks);
+    let mut out =
+        crate::checkpoint::encode_header(h.version, &h.root, h.capacity, h.keys, h.chunks);
     out[..8].copy_from_slice(SKEL_MAGIC);
     let crc = crc32fast::hash(&out[..SKEL_HEADER_LEN - 4]);
     out[SKEL_HEADER_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
@@ -206,7 +207,9 @@ pub(crate) fn load(
         });
         if !inside {
             let what = match id.map(|id| (id, files.contains_key(&id))) {
-                Some((id, false)) => format!("chunk {i} is in {}, which is missing", chunk_file_name(id)),
+                Some((id, false)) => {
+                    format!("chunk {i} is in {}, which is missing", chunk_file_name(id))
+                }
                 _ => format!("chunk {i} has a location outside every chunk file"),
             };
             return Err(StoreError::corrupted(name, SKEL_HEADER_LEN as u64, what));
@@ -252,9 +255,11 @@ pub(crate) fn load_body(
     let at = split_loc(e.loc).1;
     let end = files[&id];
     let raw = read_record(&name, end, at, |buf, off| backend.read_at(&name, off, buf))?;
-    let body = Body::decode(&raw)
-        .map_err(|err| StoreError::corrupted(&name, at, format!("undecodable chunk body: {err}")))?;
-    tree.page_in(i as u64, body).map_err(|err| StoreError::corrupted(&name, at, err.to_string()))?;
+    let body = Body::decode(&raw).map_err(|err| {
+        StoreError::corrupted(&name, at, format!("undecodable chunk body: {err}"))
+    })?;
+    tree.page_in(i as u64, body)
+        .map_err(|err| StoreError::corrupted(&name, at, err.to_string()))?;
     if !keep {
         tree.page_out(i as u64);
     }
@@ -340,7 +345,13 @@ pub(crate) fn write_checkpoint(
         };
         named.insert(durable_id(loc).expect("durable"));
         let first_key = c.first_key().into();
-        let e = SkeletonEntry { key_height: c.key_height, hash: c.hash(), len: c.len(), loc, first_key };
+        let e = SkeletonEntry {
+            key_height: c.key_height,
+            hash: c.hash(),
+            len: c.len(),
+            loc,
+            first_key,
+        };
         encode_entry(&mut entries, &e);
     }
     drop(chunks);

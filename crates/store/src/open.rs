@@ -9,11 +9,11 @@ use bavl_core::{Digest, Snapshot, Tree, DEFAULT_CAPACITY};
 use crate::backend::{Backend, WriteFile};
 use crate::blame::{check_capacity, check_head, gap, two_histories};
 use crate::check::{problem, Problem};
+use crate::durable::{self, ChunkFiles, ChunkKeep};
 use crate::error::{IoContext, StoreError};
 use crate::meta::{self, classify, is_own_temporary, wal_name, FileKind, Meta};
 use crate::paging::Pager;
 use crate::wal::{self, Next, SegmentReader};
-use crate::durable::{self, ChunkFiles, ChunkKeep};
 use crate::{checkpoint, reopen, Options};
 
 /// What opening the store found and did.

@@ -139,6 +139,15 @@ impl PageFile {
         Ok(())
     }
 
+    /// The scratch file itself (tests damage it).
+    #[cfg(test)]
+    pub(crate) fn scratch(&self) -> &File {
+        match &self.kind {
+            Kind::Scratch(f) => f,
+            Kind::Durable { .. } => panic!("not a scratch file"),
+        }
+    }
+
     /// Bytes appended so far.
     pub(crate) fn len(&self) -> u64 {
         self.end.load(Ordering::Acquire)
@@ -233,7 +242,9 @@ impl PageSet {
                 | bavl_core::PageError::Mismatch { index, .. } => *index,
             };
             match pages.iter().find(|p| p.index == index) {
-                Some(p) => StoreError::corrupted(&self.name_of(p.loc), split_loc(p.loc).1, e.to_string()),
+                Some(p) => {
+                    StoreError::corrupted(&self.name_of(p.loc), split_loc(p.loc).1, e.to_string())
+                }
                 None => StoreError::corrupted("the page files", 0, e.to_string()),
             }
         })
@@ -545,21 +556,21 @@ mod tests {
         let page = tree.try_get(&key).expect_err("evicted");
         let at = split_loc(page.loc).1;
         let mut record = vec![0; 4];
-        pager.current().file.read_exact_at(&mut record, at).unwrap();
+        pager.current().scratch().read_exact_at(&mut record, at).unwrap();
         let len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
         record.resize(4 + len, 0);
-        pager.current().file.read_exact_at(&mut record, at).unwrap();
+        pager.current().scratch().read_exact_at(&mut record, at).unwrap();
         for i in 0..record.len() {
             let mut bad = record.clone();
             bad[i] ^= 0x01;
-            pager.current().file.write_all_at(&bad, at).unwrap();
+            pager.current().scratch().write_all_at(&bad, at).unwrap();
             match pager.load(&mut tree, vec![page.clone()]) {
                 Err(StoreError::Corrupted { offset, .. }) => assert_eq!(offset, at),
                 other => panic!("byte {i} flipped: {other:?}"),
             }
             assert!(tree.try_get(&key).is_err(), "nothing became resident");
         }
-        pager.current().file.write_all_at(&record, at).unwrap();
+        pager.current().scratch().write_all_at(&record, at).unwrap();
         pager.load(&mut tree, vec![page]).unwrap();
         assert_eq!(tree.get(&key), Some(&b"value"[..]));
     }
