@@ -14,13 +14,13 @@
 //! The caller guarantees that chunk files are deleted only under the deletion rule of
 //! §8.5.1 (no retained version, no live skeleton names them).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bavl_core::{Body, SkeletonEntry, Snapshot, Tree, MAX_KEY_LEN};
+use bavl_core::{Body, ChunkRef, SkeletonEntry, Snapshot, Tree, MAX_KEY_LEN};
 
 use crate::backend::Backend;
 use crate::checkpoint::{CheckpointReport, Header};
@@ -112,6 +112,8 @@ fn encode_entry(out: &mut Vec<u8>, e: &SkeletonEntry) {
 pub(crate) struct SkeletonFile {
     pub header: Header,
     pub entries: Vec<SkeletonEntry>,
+    /// Per chunk file named: the entries ever written to it (for compaction).
+    pub files: BTreeMap<u64, u64>,
 }
 
 impl SkeletonFile {
@@ -179,10 +181,20 @@ pub(crate) fn read_skeleton_file(
         });
         p += ENTRY_FIXED + klen;
     }
-    if p != body.len() {
-        return Err(corrupt(SKEL_HEADER_LEN as u64 + p as u64, "bytes after the last entry"));
-    }
-    Ok(SkeletonFile { header, entries })
+    let at = SKEL_HEADER_LEN as u64 + p as u64;
+    let table = &body[p..];
+    let n = table.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize);
+    let files = match n.filter(|&n| table.len() == 4 + 16 * n) {
+        Some(_) => table[4..]
+            .chunks_exact(16)
+            .map(|r| {
+                let id = u64::from_le_bytes(r[..8].try_into().expect("8"));
+                (id, u64::from_le_bytes(r[8..].try_into().expect("8")))
+            })
+            .collect(),
+        None => return Err(corrupt(at, "bad chunk file table")),
+    };
+    Ok(SkeletonFile { header, entries, files })
 }
 
 /// The store's chunk files and their lengths.
@@ -291,13 +303,41 @@ pub(crate) struct Written {
     pub named: BTreeSet<u64>,
     /// The chunk file it completed (files up to it not named are obsolete).
     pub file: u64,
+    /// The chunk files it compacted: their live bodies were copied into `file`.
+    pub compacted: BTreeSet<u64>,
+    /// Where each copied body was and is now: the writer relocates its chunks.
+    pub moved: HashMap<u64, u64>,
+}
+
+/// A chunk file is compacted when fewer than this fraction of the entries written to it
+/// are still named by the version checkpointed. Each compaction copies less than half of
+/// what the file was written with, so the bytes copied stay below the bytes written: a
+/// write amplification of 2 at most (the page file's rule, §8.5.1).
+pub(crate) const COMPACT_LIVE: f64 = 0.5;
+
+/// The chunk files up to `id` (excluded) that `chunks` name but that are mostly dead.
+fn to_compact(chunks: &[ChunkRef<'_>], pages: &PageSet, id: u64) -> BTreeSet<u64> {
+    let mut live: BTreeMap<u64, u64> = BTreeMap::new();
+    for c in chunks {
+        if let Some(f) = c.location().and_then(durable_id).filter(|&f| f < id) {
+            *live.entry(f).or_default() += c.len() as u64;
+        }
+    }
+    live.into_iter()
+        .filter(|&(f, live)| {
+            let written = pages.0.get(&durable_key(f)).map_or(0, |pf| pf.entries());
+            (live as f64) < COMPACT_LIVE * written as f64
+        })
+        .map(|(f, _)| f)
+        .collect()
 }
 
 /// Writes the checkpoint of `version` of a paged store: every body of `snap` without a
 /// location in a chunk file numbered up to `id` is appended to `file` (chunk file `id`,
-/// handed over by the writer, which appends to the next one meanwhile), `file` is
-/// synced, then the skeleton is written to a temporary file, synced, and renamed into
-/// place once `pacer` allows it. `Ok(None)` if `stop` became true.
+/// handed over by the writer, which appends to the next one meanwhile), and so is every
+/// body in a mostly dead file (compaction, off the writer's thread); `file` is synced,
+/// then the skeleton is written to a temporary file, synced, and renamed into place
+/// once `pacer` allows it. `Ok(None)` if `stop` became true.
 pub(crate) fn write_checkpoint(
     backend: &dyn Backend,
     version: u64,
@@ -318,6 +358,8 @@ pub(crate) fn write_checkpoint(
         keys: snap.len(),
         chunks: chunks.len() as u64,
     };
+    let compacted = to_compact(&chunks, pages, id);
+    let mut moved = HashMap::new();
     let mut entries = Vec::with_capacity(chunks.len() * (ENTRY_FIXED + 24));
     let mut named = BTreeSet::new();
     let mut body = Vec::new();
@@ -325,21 +367,26 @@ pub(crate) fn write_checkpoint(
         if i % 256 == 0 && stop.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let durable = c.location().filter(|&l| durable_id(l).is_some_and(|f| f <= id));
+        let old = c.location();
+        let durable =
+            old.filter(|&l| durable_id(l).is_some_and(|f| f <= id && !compacted.contains(&f)));
         let loc = match durable {
             Some(loc) => loc,
             None => {
                 body.clear();
                 if !c.encode_body(&mut body) {
-                    // Absent, but not in a chunk file up to `id`: copy its record.
-                    let (key, at) = split_loc(c.location().unwrap_or(0));
+                    // Absent: copy its record.
+                    let (key, at) = split_loc(old.unwrap_or(0));
                     let f = pages.0.get(&key).ok_or_else(|| {
                         StoreError::corrupted("the page files", at, "a page of no file")
                     })?;
                     body = f.read_raw(at)?;
                 }
                 let loc = make_loc(durable_key(id), file.append(&body)?);
-                c.set_location(loc);
+                match old {
+                    Some(old) if old != loc => drop(moved.insert(old, loc)),
+                    _ => drop(c.set_location(loc)),
+                }
                 loc
             }
         };
@@ -357,6 +404,14 @@ pub(crate) fn write_checkpoint(
     drop(chunks);
     drop(snap);
     file.seal()?;
+    // The chunk file table: the entries written to each file named.
+    entries.extend_from_slice(&(named.len() as u32).to_le_bytes());
+    for &f in &named {
+        let written = pages.0.get(&durable_key(f)).map_or(0, |pf| pf.entries());
+        let written = if f == id { file.entries() } else { written };
+        entries.extend_from_slice(&f.to_le_bytes());
+        entries.extend_from_slice(&written.to_le_bytes());
+    }
     let encoding = start.elapsed();
     let name = skeleton_name(version);
     let tmp = format!("{name}{TMP_SUFFIX}");
@@ -390,7 +445,7 @@ pub(crate) fn write_checkpoint(
         elapsed: start.elapsed(),
         encoding,
     };
-    Ok(Some(Written { report, named, file: id }))
+    Ok(Some(Written { report, named, file: id, compacted, moved }))
 }
 
 /// Which chunk files a cleanup keeps: those numbered `below` or more (still being

@@ -12,7 +12,8 @@ use crate::meta::wal_name;
 use crate::pace::Pacer;
 use crate::{checkpoint, wal, CheckpointReport, Store, StoreError};
 
-pub(crate) type Done = (CheckpointReport, bool, ChunkKeep);
+pub(crate) type Done = (CheckpointReport, bool, ChunkKeep, Moved, usize);
+type Moved = std::collections::HashMap<u64, u64>;
 
 pub(crate) struct Job {
     pub(crate) version: u64,
@@ -74,7 +75,7 @@ impl Store {
             .name("bavl-checkpoint".into())
             .spawn(move || {
                 background_priority();
-                let (report, keep) = match (handed, pages.as_ref()) {
+                let (report, keep, moved, compacted) = match (handed, pages.as_ref()) {
                     (Some(file), Some(pages)) => {
                         let Some(w) = durable::write_checkpoint(
                             &*backend,
@@ -88,7 +89,11 @@ impl Store {
                         else {
                             return Ok(None);
                         };
-                        (w.report, ChunkKeep { named: w.named, below: w.file + 1 })
+                        // The files it compacted stay until the next checkpoint: the
+                        // versions taken before the writer relocates still name them.
+                        let named = w.named.union(&w.compacted).copied().collect();
+                        let n = w.compacted.len();
+                        (w.report, ChunkKeep { named, below: w.file + 1 }, w.moved, n)
                     }
                     _ => {
                         let Some(report) = checkpoint::write_paged(
@@ -102,7 +107,7 @@ impl Store {
                         else {
                             return Ok(None);
                         };
-                        (report, ChunkKeep::none())
+                        (report, ChunkKeep::none(), Moved::new(), 0)
                     }
                 };
                 head_mark.advance(&*backend, head, true)?;
@@ -110,7 +115,7 @@ impl Store {
                 if obsolete {
                     delete_obsolete(&*backend, version, &keep, Some((&pacer, &flag)))?;
                 }
-                Ok(Some((report, obsolete, keep)))
+                Ok(Some((report, obsolete, keep, moved, compacted)))
             })
             .map_err(|e| StoreError::io("starting the checkpoint thread", e))?;
         self.log_since_checkpoint = 0;
@@ -149,9 +154,13 @@ impl Store {
             Err(StoreError::Poisoned(format!("the checkpoint of version {} panicked", job.version)))
         });
         match result {
-            Ok(Some((report, cleaned, keep))) => {
+            Ok(Some((report, cleaned, keep, moved, compacted))) => {
                 self.pending_cleanup = (!cleaned).then_some(report.version);
                 self.cleanup_keep = keep;
+                if let Some(p) = &mut self.pager {
+                    p.moved.extend(moved);
+                    p.stats.compactions += compacted as u64;
+                }
                 self.last_checkpoint = Some((report.version, report.bytes));
                 self.stats.checkpoint_bytes_written += report.bytes;
                 self.stats.checkpoints_written += 1;

@@ -296,7 +296,11 @@ impl Store {
         self.head = version;
         self.head_root = root;
         let paged = self.page_out(version);
-        self.versions.insert(version, self.tree.snapshot());
+        let snap = self.tree.snapshot();
+        if let Some(p) = &mut self.pager {
+            p.relocate(&mut self.tree, &snap);
+        }
+        self.versions.insert(version, snap);
         paged?;
         self.retain();
         self.clean_up()?;

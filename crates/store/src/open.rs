@@ -315,6 +315,9 @@ fn read_state(
     let name = l.state_name(v);
     if l.skeletons.contains(&v) {
         let (header, mut tree, skel) = durable::load(backend, &name, &l.chunk_files)?;
+        if let Some(p) = pager {
+            p.note_entries(&skel.files);
+        }
         if budget.is_none() && !verify_only {
             durable::load_bodies(backend, &mut tree, &skel, &l.chunk_files, true)?;
         }

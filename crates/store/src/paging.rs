@@ -32,6 +32,8 @@ pub(crate) struct PageFile {
     kind: Kind,
     /// Bytes appended so far: no record may claim to reach beyond.
     end: AtomicU64,
+    /// Entries (of all bodies) appended so far, or written before, as a skeleton says.
+    entries: AtomicU64,
     name: String,
 }
 
@@ -60,7 +62,8 @@ pub struct PagingStats {
     pub skeleton_bytes: u64,
     /// Records appended to the page files.
     pub records: u64,
-    /// Compactions of the page file (live bodies copied to a new file).
+    /// Compactions: of the page file (live bodies copied to a new file), or of chunk files
+    /// by checkpoints (one per file compacted).
     pub compactions: u64,
     /// Bytes of the page file being appended to.
     pub file_bytes: u64,
@@ -72,7 +75,8 @@ impl PageFile {
         let file =
             anonymous_file(dir).ctx(|| format!("creating a page file in {}", dir.display()))?;
         let name = format!("the page file in {}", dir.display());
-        Ok(Arc::new(PageFile { kind: Kind::Scratch(file), end: AtomicU64::new(0), name }))
+        let (end, entries) = (AtomicU64::new(0), AtomicU64::new(0));
+        Ok(Arc::new(PageFile { kind: Kind::Scratch(file), end, entries, name }))
     }
 
     /// A new chunk file `id` of the store, its header written (not synced: the checkpoint
@@ -87,14 +91,15 @@ impl PageFile {
         f.write_all(&header).ctx(|| format!("writing {name}"))?;
         let writer = Mutex::new(Some(f));
         let kind = Kind::Durable { backend: backend.clone(), writer };
-        Ok(Arc::new(PageFile { kind, end: AtomicU64::new(header.len() as u64), name }))
+        let (end, entries) = (AtomicU64::new(header.len() as u64), AtomicU64::new(0));
+        Ok(Arc::new(PageFile { kind, end, entries, name }))
     }
 
     /// The existing chunk file `id`, `len` bytes long, for reading.
     pub(crate) fn open_durable(backend: &Arc<dyn Backend>, id: u64, len: u64) -> Arc<PageFile> {
         let kind = Kind::Durable { backend: backend.clone(), writer: Mutex::new(None) };
         let name = crate::meta::chunk_file_name(id);
-        Arc::new(PageFile { kind, end: AtomicU64::new(len), name })
+        Arc::new(PageFile { kind, end: AtomicU64::new(len), entries: AtomicU64::new(0), name })
     }
 
     pub(crate) fn name(&self) -> String {
@@ -124,6 +129,7 @@ impl PageFile {
             }
         };
         self.end.store(at + rec.len() as u64, Ordering::Release);
+        self.entries.fetch_add(leading_varint(body), Ordering::Relaxed);
         Ok(at)
     }
 
@@ -148,6 +154,16 @@ impl PageFile {
         }
     }
 
+    /// Entries written to the file (a compaction's measure of how much of it is dead).
+    pub(crate) fn entries(&self) -> u64 {
+        self.entries.load(Ordering::Relaxed)
+    }
+
+    /// Records that `n` entries were written to the file before it was opened.
+    pub(crate) fn set_entries(&self, n: u64) {
+        self.entries.fetch_max(n, Ordering::Relaxed);
+    }
+
     /// Bytes appended so far.
     pub(crate) fn len(&self) -> u64 {
         self.end.load(Ordering::Acquire)
@@ -167,6 +183,18 @@ impl PageFile {
             }
         }
     }
+}
+
+/// The entry count a body starts with (0 if it does not decode).
+fn leading_varint(body: &[u8]) -> u64 {
+    let mut n = 0u64;
+    for (i, b) in body.iter().take(10).enumerate() {
+        n |= ((b & 0x7f) as u64) << (7 * i);
+        if b & 0x80 == 0 {
+            return n;
+        }
+    }
+    0
 }
 
 /// The bits of a location that hold its offset (plus one).
@@ -281,6 +309,9 @@ pub(crate) struct Pager {
     pub(crate) durable: Option<(Arc<dyn Backend>, u64)>,
     /// The store's backend, once attached: its chunk files are read in place.
     pub(crate) backend: Option<Arc<dyn Backend>>,
+    /// Bodies a checkpoint's compaction copied (old location to new), not yet relocated
+    /// in the working tree.
+    pub(crate) moved: std::collections::HashMap<u64, u64>,
     pub(crate) dir: std::path::PathBuf,
     /// Retired generations and the version from which no version names them.
     pub(crate) retiring: Vec<(u64, u32)>,
@@ -310,6 +341,7 @@ impl Pager {
             gen,
             durable: None,
             backend: None,
+            moved: Default::default(),
             dir,
             retiring,
             budget,
@@ -361,6 +393,39 @@ impl Pager {
             self.use_chunk_files(&backend, next)?;
         }
         Ok(())
+    }
+
+    /// Records how many entries were written to each chunk file (a skeleton's table).
+    pub(crate) fn note_entries(&self, files: &std::collections::BTreeMap<u64, u64>) {
+        for (&id, &n) in files {
+            if let Some(f) = self.files.0.get(&durable_key(id)) {
+                f.set_entries(n);
+            }
+        }
+    }
+
+    /// Gives the chunks of the working tree (equal to `version`, just taken) that a
+    /// compaction copied their new locations: absent ones are relocated, resident ones
+    /// get the new location. Versions taken before keep naming the old files, which the
+    /// checkpoint after next deletes once they are pruned.
+    pub(crate) fn relocate(&mut self, tree: &mut Tree, version: &Snapshot) {
+        if self.moved.is_empty() {
+            return;
+        }
+        let mut found = Vec::new();
+        version.for_each_chunk(|c| {
+            if let Some(&new) = c.location().and_then(|l| self.moved.get(&l)) {
+                found.push((c.index, new));
+            }
+        });
+        for (i, new) in found {
+            if tree.is_resident(i) {
+                tree.chunk_ref(i).map(|c| c.set_location(new));
+            } else {
+                tree.relocate(i, new);
+            }
+        }
+        self.moved.clear();
     }
 
     /// Makes the existing chunk file `id` (of `len` bytes) readable.

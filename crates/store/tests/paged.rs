@@ -243,6 +243,59 @@ fn a_damaged_chunk_file_is_corrupted_never_an_answer() {
 }
 
 #[test]
+fn checkpoints_compact_mostly_dead_chunk_files_and_delete_them() {
+    let dir = TempDir::new("paged-compact");
+    let opts = Options { checkpoint: CheckpointPolicy::Manual, ..paged(4000) };
+    let mut store = Store::open(dir.path(), opts.clone()).unwrap();
+    let mut model = BTreeMap::new();
+    let mut rng = Rng(7);
+    let disk = |store: &Store| -> (u64, usize) {
+        let files = store.stats().unwrap().files;
+        let chunks: Vec<_> = files.iter().filter(|(n, _)| n.starts_with("chunks-")).collect();
+        (chunks.iter().map(|(_, l)| l).sum(), chunks.len())
+    };
+    let mut peak = 0;
+    for v in 1..=120u64 {
+        for _ in 0..60 {
+            let key = format!("key{:04}", rng.next() % 1500).into_bytes();
+            let value = rng.next().to_be_bytes().to_vec();
+            store.insert(&key, &value).unwrap();
+            model.insert(key, value);
+        }
+        store.commit().unwrap();
+        if v % 3 == 0 {
+            store.checkpoint().unwrap();
+            store.wait_checkpoint().unwrap();
+        }
+        if v % 40 == 0 {
+            store.close().unwrap();
+            store = Store::open(dir.path(), opts.clone()).unwrap();
+        }
+        if v > 60 {
+            peak = peak.max(disk(&store).0);
+        }
+    }
+    let p = store.stats().unwrap().paging.unwrap();
+    let (bytes, files) = disk(&store);
+    eprintln!("DEBUG peak {peak} bytes {bytes} files {files} {p:?}");
+    // 1500 keys of about 30 bytes: about 60 KB live. Without compaction every body
+    // rewritten since the first checkpoint would stay (several MB by now).
+    assert!(peak < 600_000, "chunk files grow without bound: {peak} bytes ({p:?})");
+    assert!(files < 30, "{files} chunk files");
+    assert!(bytes > 0);
+    for (k, v) in &model {
+        assert_eq!(store.read(k).unwrap(), Some(v.as_slice()));
+    }
+    store.close().unwrap();
+    let problems = check_problems(dir.path());
+    assert!(problems.is_empty(), "{problems:?}");
+    let mut store = Store::open(dir.path(), opts).unwrap();
+    for (k, v) in &model {
+        assert_eq!(store.read(k).unwrap(), Some(v.as_slice()));
+    }
+}
+
+#[test]
 fn prefetch_makes_a_blocks_chunks_resident() {
     let dir = TempDir::new("paged-prefetch");
     let mut store = Store::open(dir.path(), paged(0)).unwrap();
