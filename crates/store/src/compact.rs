@@ -29,9 +29,12 @@ impl Pager {
         tree: &mut Tree,
         version: u64,
     ) -> Result<(), StoreError> {
-        let size = self.current().len();
         // Durable chunk files are compacted by checkpoints, not here (§8.5.1).
-        if size < self.min_compact || self.durable.is_some() {
+        if self.durable.is_some() {
+            return Ok(());
+        }
+        let size = self.current().len();
+        if size < self.min_compact {
             return Ok(());
         }
         // Every record: 4 + body bytes; estimate the live ones from the chunk count and

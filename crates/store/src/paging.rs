@@ -363,17 +363,20 @@ impl Pager {
         Ok(Some(p))
     }
 
-    /// Appends from now on to chunk files of the store, the first numbered `id`.
-    pub(crate) fn use_chunk_files(
-        &mut self,
-        backend: &Arc<dyn Backend>,
-        id: u64,
-    ) -> Result<(), StoreError> {
-        let key = durable_key(id);
-        self.files.0.insert(key, PageFile::create_durable(backend, id)?);
-        self.gen = key;
+    /// Appends from now on to chunk files of the store, the first numbered `id` (created
+    /// at its first append: an open that fails, or evicts nothing, writes no file).
+    pub(crate) fn use_chunk_files(&mut self, backend: &Arc<dyn Backend>, id: u64) {
+        self.gen = durable_key(id);
         self.durable = Some((backend.clone(), id));
-        Ok(())
+    }
+
+    /// The file appended to, created if it is a chunk file not created yet.
+    fn appending(&mut self) -> Result<Arc<PageFile>, StoreError> {
+        if let (None, Some((backend, id))) = (self.files.0.get(&self.gen), &self.durable) {
+            let f = PageFile::create_durable(backend, *id)?;
+            self.files.0.insert(self.gen, f);
+        }
+        Ok(self.files.0[&self.gen].clone())
     }
 
     /// Registers the store's chunk files `files` for reading, and with `writable` starts
@@ -390,7 +393,7 @@ impl Pager {
         }
         if writable {
             let next = files.keys().next_back().map_or(1, |id| id + 1);
-            self.use_chunk_files(&backend, next)?;
+            self.use_chunk_files(&backend, next);
         }
         Ok(())
     }
@@ -437,18 +440,19 @@ impl Pager {
     /// number (a checkpoint completes and seals it).
     pub(crate) fn rotate(&mut self) -> Result<Option<(u64, Arc<PageFile>)>, StoreError> {
         let Some((backend, id)) = self.durable.clone() else { return Ok(None) };
-        let old = self.current().clone();
-        self.use_chunk_files(&backend, id + 1)?;
+        let old = self.appending()?;
+        self.use_chunk_files(&backend, id + 1);
         Ok(Some((id, old)))
     }
 
+    /// The scratch page file appended to (not with durable chunk files).
     pub(crate) fn current(&self) -> &Arc<PageFile> {
         &self.files.0[&self.gen]
     }
 
     /// Appends a body to the current file; returns its location.
     pub(crate) fn append(&mut self, body: &[u8]) -> Result<u64, StoreError> {
-        let at = self.current().append(body)?;
+        let at = self.appending()?.append(body)?;
         self.stats.spilled_bytes += body.len() as u64 + 4;
         self.stats.records += 1;
         self.stats.file_bytes = at + body.len() as u64 + 4;
