@@ -58,7 +58,11 @@ pub(crate) fn delete_obsolete(
     let mut hidden = Vec::with_capacity(doomed.len());
     for name in &doomed {
         let tmp = format!("{name}{TMP_SUFFIX}");
-        backend.rename(name, &tmp).ctx(|| format!("renaming {name} to {tmp}"))?;
+        match backend.rename(name, &tmp) {
+            // A chunk file the writer deleted itself since the listing (`Pager::retire`).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            r => r.ctx(|| format!("renaming {name} to {tmp}"))?,
+        }
         hidden.push(tmp);
     }
     backend.sync_dir().ctx(|| "syncing the directory after retiring old files".into())?;
