@@ -10,6 +10,8 @@
 //! JSON object per open (open seconds, of which the checkpoint and the replay, the
 //! skeleton's heap bytes per key, the files' sizes):
 //! - `skeleton+log`: the skeleton, then BLOCKS blocks replayed;
+//! - `unpaged+log` (with `REOPEN_UNPAGED=1`): the same store opened unpaged, for the
+//!   replay time of the same log with every body in memory (and every body read first);
 //! - `skeleton`: after a checkpoint of the head (nothing to replay);
 //! - `full-checkpoint`: the same state after an unpaged open rewrote it as a full
 //!   checkpoint, which a paged open reads whole into a skeleton (the design before
@@ -71,13 +73,15 @@ fn build(dir: &Path, keys: u64, blocks: u64, cache_mb: u64) {
 }
 
 fn measure(dir: &Path, cache_mb: u64, rounds: u64, mode: &str) {
+    let paged = mode != "unpaged+log";
     for round in 0..rounds {
+        let o = if paged { opts(cache_mb) } else { Options { cache_bytes: None, ..opts(0) } };
         let t = Instant::now();
-        let s = Store::open(dir, opts(cache_mb)).expect("open");
+        let s = Store::open(dir, o).expect("open");
         let open_s = t.elapsed().as_secs_f64();
         let r = s.recovery().clone();
         let st = s.stats().expect("stats");
-        let p = st.paging.expect("paging on");
+        let p = st.paging.unwrap_or_default();
         let bytes = |prefix: &str| -> u64 {
             st.files.iter().filter(|(n, _)| n.starts_with(prefix)).map(|(_, l)| l).sum()
         };
@@ -124,6 +128,9 @@ fn main() {
     let dir = Path::new(a.get(5).map_or("/var/tmp/bavl-reopen", String::as_str)).to_path_buf();
     build(&dir, keys, blocks, cache_mb);
     measure(&dir, cache_mb, rounds, "skeleton+log");
+    if std::env::var_os("REOPEN_UNPAGED").is_some() {
+        measure(&dir, cache_mb, rounds, "unpaged+log");
+    }
     checkpoint(&dir, Some(cache_mb << 20));
     measure(&dir, cache_mb, rounds, "skeleton");
     checkpoint(&dir, None);
