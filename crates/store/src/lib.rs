@@ -18,8 +18,10 @@
 //! its root), replays the log after it (checking every recorded root), discards a record
 //! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`]. The
 //! live state and the retained versions are held in memory, unless
-//! [`Options::cache_bytes`] pages chunk bodies out to a scratch page file and back,
-//! verified, as operations need them (`docs/design.md` §8.5.1). The directory itself is
+//! [`Options::cache_bytes`] pages chunk bodies out to the store's chunk files and back,
+//! verified, as operations need them; a paged store's checkpoints are then incremental
+//! (the new bodies and a skeleton of the version) and opening reads the skeleton, not the
+//! state (`docs/design.md` §8.5.1). The directory itself is
 //! locked: exclusively by a writer, which stops writing if the path stops naming it,
 //! shared by [`Options::read_only`] readers, which change nothing on disk. Only an empty
 //! directory becomes a new store. Formats and reasons: `docs/design.md` §8.

@@ -1,18 +1,22 @@
-//! The paged store's runtime side (`docs/design.md` §8.5.1): a page file of chunk bodies,
+//! The paged store's runtime side (`docs/design.md` §8.5.1): files of chunk bodies,
 //! loading what an operation needs before it is applied, and evicting to a budget.
 //!
 //! Guarantees:
 //! - a body read back is decoded defensively and verified against the page's count,
 //!   first key and hash by the core; any difference is [`StoreError::Corrupted`] naming
-//!   the page file and the offset, and the operation changes nothing;
+//!   the file and the offset, and the operation changes nothing;
 //! - eviction changes no hash and no version: only where a body lives;
-//! - the page file is scratch space, not part of the durable format: it has no name
-//!   (`O_TMPFILE` on Linux; elsewhere created and unlinked at once), so it vanishes with
-//!   the process, and durability stays with the log and the checkpoints.
+//! - a writable store evicts into its chunk files (`chunks-<n>.bavl`): the writer appends
+//!   to the newest, a checkpoint completes and syncs it and names its bodies in a
+//!   skeleton ([`crate::durable`]); nothing is durable before that, so a crash leaves at
+//!   most unnamed chunk files, which opening deletes;
+//! - a read-only open evicts into a scratch file with no name (`O_TMPFILE` on Linux;
+//!   elsewhere created and unlinked at once) that vanishes with the process.
 //!
-//! Record: `u32 len | body`. A location is `generation << 48 | (offset + 1)` (never 0):
-//! compaction ([`Pager::compact`]) copies the live bodies into a file of a new generation
-//! and retires the old file once no retained version can name it.
+//! Record: `u32 len | body`. A location is `key << 40 | (offset + 1)` (never 0), `key`
+//! naming a chunk file ([`DURABLE_KEY`] set) or a scratch generation. Compaction
+//! (`compact.rs`) copies live bodies into a new file and retires the old one once no
+//! retained version can name it.
 
 use std::fs::File;
 use std::ops::Bound;
