@@ -62,6 +62,7 @@ pub mod meta;
 mod open;
 mod options;
 pub mod pace;
+mod pagefile;
 mod paging;
 mod reopen;
 pub mod wal;
