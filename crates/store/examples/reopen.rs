@@ -17,6 +17,8 @@
 //!   checkpoint, which a paged open reads whole into a skeleton (the design before
 //!   durable pages); skipped with `REOPEN_NO_FULL=1` (the unpaged open holds the state).
 //!
+//! `REOPEN_BUILD_UNPAGED=1` builds the state in memory first (faster; it must fit).
+//!
 //! Uses the system allocator.
 
 use std::ops::Bound;
@@ -38,7 +40,15 @@ fn opts(cache_mb: u64) -> Options {
 
 fn build(dir: &Path, keys: u64, blocks: u64, cache_mb: u64) {
     let _ = std::fs::remove_dir_all(dir);
-    let mut s = Store::open(dir, opts(cache_mb)).expect("open");
+    // With `REOPEN_BUILD_UNPAGED=1` the keys are inserted unpaged (in memory: fast, but
+    // the state must fit) and written as a full checkpoint, which the paged open below
+    // turns into chunk files and a skeleton.
+    let unpaged = std::env::var_os("REOPEN_BUILD_UNPAGED").is_some();
+    // Retaining one version, the checkpoint's install deletes the files before it: a
+    // reopen then starts from it, not from an older checkpoint whose log reaches it.
+    let paged = Options { keep_recent: 1, ..opts(cache_mb) };
+    let o = if unpaged { Options { cache_bytes: None, ..paged.clone() } } else { paged.clone() };
+    let mut s = Store::open(dir, o).expect("open");
     let t = Instant::now();
     for (i, (k, v)) in initial(SEED).take(keys as usize).enumerate() {
         s.insert(&k, &v).expect("insert");
@@ -48,6 +58,14 @@ fn build(dir: &Path, keys: u64, blocks: u64, cache_mb: u64) {
     }
     s.commit().expect("commit");
     eprintln!("built {keys} keys in {:.1} s", t.elapsed().as_secs_f64());
+    if unpaged {
+        s.checkpoint().expect("checkpoint");
+        s.close().expect("close");
+        let t = Instant::now();
+        s = Store::open(dir, paged).expect("open");
+        eprintln!("opened paged from the full checkpoint in {:.1} s", t.elapsed().as_secs_f64());
+        s.commit().expect("commit");
+    }
     s.checkpoint().expect("checkpoint");
     let r = s.wait_checkpoint().expect("checkpoint").expect("a checkpoint");
     eprintln!("checkpoint: {} bytes in {:.1} s", r.bytes, r.elapsed.as_secs_f64());
