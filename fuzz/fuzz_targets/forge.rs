@@ -86,7 +86,12 @@ fuzz_target!(|data: &[u8]| {
             if alter & 2 == 2 {
                 subject.0.push(0);
             }
-            (1, (j, j + 1), (j, j + 1), if alter == 0 { f.snap.prove_membership(k) } else { None })
+            (
+                1,
+                (j, j + 1),
+                (j, j + 1),
+                if alter == 0 { f.snap.prove_membership(k).ok() } else { None },
+            )
         }
         Forge::Absence { j, variant } => {
             lo_key = variant_key(&f.entries, j, variant);
@@ -94,7 +99,7 @@ fuzz_target!(|data: &[u8]| {
             hi_key = lo_key.clone();
             let (lo, hi) = (bound(0, &lo_key), bound(0, &hi_key));
             let (s, e, a, b) = range_run(f, lo, hi);
-            (2, (a, b), (s, e), f.snap.prove_absence(&lo_key))
+            (2, (a, b), (s, e), f.snap.prove_absence(&lo_key).ok())
         }
         Forge::Range { lo, hi } => {
             (lo_kind, hi_kind) = (lo.0, hi.0);
@@ -108,7 +113,7 @@ fuzz_target!(|data: &[u8]| {
             let cc = f.chunks.len() as u64;
             index = u64::from(i) % (cc + 1);
             let (before, len) = f.chunk_spans.get(index as usize).copied().unwrap_or((n, 0));
-            (3, (before, before + len), (before, before + len), f.snap.export_chunk(index))
+            (3, (before, before + len), (before, before + len), f.snap.export_chunk(index).ok())
         }
     };
     let (lo, hi) = (shift(run.0, inp.dlo), shift(run.1, inp.dhi));
@@ -137,7 +142,7 @@ fuzz_target!(|data: &[u8]| {
                     );
                     assert_eq!((m.index, m.key_count), (i as u64, n));
                     assert_eq!(
-                        f.snap.prove_membership(k),
+                        f.snap.prove_membership(k).ok(),
                         Some(proof.clone()),
                         "non-canonical membership proof accepted"
                     );
@@ -155,7 +160,7 @@ fuzz_target!(|data: &[u8]| {
                 );
                 assert_eq!(a.key_count, n);
                 assert_eq!(
-                    f.snap.prove_absence(&lo_key),
+                    f.snap.prove_absence(&lo_key).ok(),
                     Some(proof.clone()),
                     "non-canonical absence proof accepted"
                 );

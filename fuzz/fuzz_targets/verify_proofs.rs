@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
                 );
                 assert_eq!((m.index, m.key_count), (i as u64, n));
                 assert_eq!(
-                    f.snap.prove_membership(inp.a).as_deref(),
+                    f.snap.prove_membership(inp.a).ok().as_deref(),
                     Some(inp.proof),
                     "non-canonical membership proof"
                 );
@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
                 );
                 assert_eq!(a.key_count, n);
                 assert_eq!(
-                    f.snap.prove_absence(inp.a).as_deref(),
+                    f.snap.prove_absence(inp.a).ok().as_deref(),
                     Some(inp.proof),
                     "non-canonical absence proof"
                 );
@@ -49,8 +49,12 @@ fuzz_target!(|data: &[u8]| {
         _ => {
             let (lo, hi) = (bound(inp.lo_kind, inp.a), bound(inp.hi_kind, inp.b));
             if let Ok(r) = verify_range::<Sha256>(&f.root, lo, hi, inp.proof) {
-                let expect: Vec<(Vec<u8>, Vec<u8>)> =
-                    f.snap.range(lo, hi).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+                let expect: Vec<(Vec<u8>, Vec<u8>)> = f
+                    .snap
+                    .range(lo, hi)
+                    .expect("resident")
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect();
                 assert_eq!(
                     r.entries, expect,
                     "{}: range proof verified with wrong entries",

@@ -62,7 +62,7 @@ impl Fixture {
             .map(|i| snap.export_chunk(i).expect("chunk in range"))
             .collect();
         let entries: Vec<(Vec<u8>, Vec<u8>)> =
-            snap.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+            snap.iter().expect("resident").map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
         // The fixtures themselves must be valid, or every oracle below is meaningless.
         let mut seen = Vec::new();
         let mut chunk_spans = Vec::new();

@@ -149,9 +149,10 @@ impl App {
         (node.store.version(), node.store.root())
     }
 
-    /// The value of `key` in the last committed state.
-    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.node().store.latest().get(key).map(<[u8]>::to_vec)
+    /// The value of `key` in the last committed state (an error naming the chunk if the
+    /// state is paged and the key's chunk is not in memory).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, bavl_core::PageRef> {
+        Ok(self.node().store.latest().get(key)?.map(<[u8]>::to_vec))
     }
 
     /// The heights of the snapshots this node serves.

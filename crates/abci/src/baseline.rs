@@ -21,7 +21,7 @@
 use std::io::{Read, Write};
 
 use bavl_core::codec::Reader;
-use bavl_core::{Restore, Sha256 as Bavl, Snapshot, Tree};
+use bavl_core::{ChunkError, Restore, Sha256 as Bavl, Snapshot, Tree};
 use sha2::{Digest as _, Sha256};
 
 use crate::restore::Applied;
@@ -42,14 +42,14 @@ pub struct Export {
 }
 
 impl Export {
-    /// Serialises and compresses `snap` (O(state)).
-    pub fn new(snap: &Snapshot) -> Export {
+    /// Serialises and compresses `snap` (O(state)); an error if a chunk cannot be read.
+    pub fn new(snap: &Snapshot) -> Result<Export, ChunkError> {
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
         let mut buf = Vec::new();
         for j in 0..snap.chunk_count() {
             let at = buf.len();
             buf.extend_from_slice(&[0; 4]);
-            snap.export_chunk_into(j, &mut buf);
+            snap.export_chunk_into(j, &mut buf)?;
             let len = (buf.len() - at - 4) as u32;
             buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
             if buf.len() >= 1 << 20 {
@@ -65,7 +65,7 @@ impl Export {
         for c in &chunks {
             metadata.extend_from_slice(&Sha256::digest(c));
         }
-        Export { chunks, metadata }
+        Ok(Export { chunks, metadata })
     }
 
     /// `Snapshot.hash`.

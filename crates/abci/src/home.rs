@@ -160,8 +160,8 @@ mod tests {
         drop(store);
         // A leftover of an interrupted restore is removed at the next open.
         fs::create_dir_all(dir.join("state-9-dead")).unwrap();
-        let (_, store) = Home::open(&dir, &opts).unwrap();
-        assert_eq!((store.version(), store.get(b"b")), (7, Some(&b"2"[..])));
+        let (_, mut store) = Home::open(&dir, &opts).unwrap();
+        assert_eq!((store.version(), store.get(b"b").unwrap()), (7, Some(&b"2"[..])));
         assert!(!dir.join("state-9-dead").exists());
         fs::write(dir.join(CURRENT), "../etc\n").unwrap();
         assert!(matches!(Home::open(&dir, &opts), Err(HomeError::BadCurrent { .. })));

@@ -61,7 +61,11 @@ pub(crate) fn query(app: &App, req: pb::RequestQuery) -> pb::ResponseQuery {
         Ok(v) => v,
         Err(log) => return refuse(2, log),
     };
-    let value = snap.get(key).map(<[u8]>::to_vec);
+    // A chunk this version cannot read is refused, never answered "absent".
+    let value = match snap.get(key) {
+        Ok(v) => v.map(<[u8]>::to_vec),
+        Err(page) => return refuse(5, page.to_string()),
+    };
     let mut proof_ops = None;
     if req.prove {
         let (r#type, data) = match &value {
@@ -69,7 +73,10 @@ pub(crate) fn query(app: &App, req: pb::RequestQuery) -> pb::ResponseQuery {
             None => (OP_ABSENCE, snap.prove_absence(key)),
         };
         // Both exist for a key read from the same snapshot.
-        let Some(data) = data else { return refuse(4, "no proof for this key".into()) };
+        let data = match data {
+            Ok(data) => data,
+            Err(e) => return refuse(4, format!("no proof for this key: {e}")),
+        };
         proof_ops = Some(ProofOps {
             ops: vec![ProofOp { r#type: r#type.into(), key: key.to_vec(), data }],
         });

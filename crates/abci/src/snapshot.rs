@@ -19,7 +19,7 @@
 //! same snapshot and CometBFT may fetch each bundle from any of them.
 
 use bavl_core::codec::Reader;
-use bavl_core::{DecodeError, Digest, Snapshot};
+use bavl_core::{ChunkError, DecodeError, Digest, Snapshot};
 use sha2::{Digest as _, Sha256};
 
 /// The format number in `Snapshot.format`.
@@ -114,7 +114,8 @@ pub fn plan(snap: &Snapshot, target: u64) -> Option<Metadata> {
     let mut largest = 1u64;
     for s in 0..SAMPLES.min(n) {
         buf.clear();
-        snap.export_chunk_into(s * n / SAMPLES.min(n), &mut buf);
+        // A sample that cannot be read (a paged chunk) only leaves the estimate to the rest.
+        let _ = snap.export_chunk_into(s * n / SAMPLES.min(n), &mut buf);
         largest = largest.max(buf.len() as u64 + 4);
     }
     let by_size = (target / largest).clamp(1, u64::from(u32::MAX));
@@ -124,23 +125,26 @@ pub fn plan(snap: &Snapshot, target: u64) -> Option<Metadata> {
     Some(Metadata { root: snap.root_hash(), chunk_count: n, per_bundle, capacity })
 }
 
-/// Encodes bundle `i` of `snap` (whose metadata is `meta`); `None` past the end.
-pub fn encode_bundle(snap: &Snapshot, meta: &Metadata, i: u64) -> Option<Vec<u8>> {
+/// Encodes bundle `i` of `snap` (whose metadata is `meta`); `Ok(None)` past the end, an
+/// error if a chunk of it cannot be read (never a short bundle).
+pub fn encode_bundle(
+    snap: &Snapshot,
+    meta: &Metadata,
+    i: u64,
+) -> Result<Option<Vec<u8>>, ChunkError> {
     let range = meta.bundle_range(i);
     if range.is_empty() {
-        return None;
+        return Ok(None);
     }
     let mut out = Vec::new();
     for j in range {
         let at = out.len();
         out.extend_from_slice(&[0; 4]);
-        if !snap.export_chunk_into(j, &mut out) {
-            return None;
-        }
+        snap.export_chunk_into(j, &mut out)?;
         let len = (out.len() - at - 4) as u32;
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 /// Splits an untrusted bundle into its `expected` chunk encodings (not verified here).
@@ -194,7 +198,7 @@ mod tests {
         m.per_bundle = 7; // several bundles, the last one short
         let mut seen = 0;
         for i in 0..m.bundles() {
-            let bytes = encode_bundle(&snap, &m, i).unwrap();
+            let bytes = encode_bundle(&snap, &m, i).unwrap().unwrap();
             let r = m.bundle_range(i);
             let parts = split_bundle(&bytes, r.end - r.start).unwrap();
             for (j, part) in m.bundle_range(i).zip(parts) {
@@ -205,14 +209,14 @@ mod tests {
             assert!(split_bundle(&bytes, r.end - r.start + 1).is_err());
         }
         assert_eq!(seen, snap.chunk_count());
-        assert!(encode_bundle(&snap, &m, m.bundles()).is_none());
+        assert_eq!(encode_bundle(&snap, &m, m.bundles()), Ok(None));
     }
 
     #[test]
     fn plan_aims_at_the_target_size() {
         let snap = state(20_000);
         let m = plan(&snap, TARGET_BUNDLE_BYTES).unwrap();
-        let size = encode_bundle(&snap, &m, 0).unwrap().len() as u64;
+        let size = encode_bundle(&snap, &m, 0).unwrap().unwrap().len() as u64;
         assert!(size <= TARGET_BUNDLE_BYTES && size > TARGET_BUNDLE_BYTES / 4, "{size}");
         assert!(plan(&Tree::new().snapshot(), TARGET_BUNDLE_BYTES).is_none());
     }

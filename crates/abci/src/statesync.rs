@@ -79,7 +79,11 @@ impl Held {
     /// ABCI chunk `i`, if it exists.
     fn chunk(&self, i: u64) -> Option<Vec<u8>> {
         match &self.form {
-            Form::Bavl(m) => encode_bundle(&self.snap, m, i),
+            Form::Bavl(m) => encode_bundle(&self.snap, m, i).unwrap_or_else(|e| {
+                // CometBFT gets no chunk and asks another peer; never a short bundle.
+                eprintln!("bavl-abci: bundle {i} cannot be encoded: {e}");
+                None
+            }),
             Form::Baseline(e) => e.chunks.get(usize::try_from(i).ok()?).cloned(),
         }
     }
@@ -100,7 +104,13 @@ pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
         return;
     };
     let form = match app.cfg().snapshot_format {
-        FORMAT_BASELINE => Form::Baseline(Arc::new(Export::new(&snap))),
+        FORMAT_BASELINE => match Export::new(&snap) {
+            Ok(export) => Form::Baseline(Arc::new(export)),
+            Err(e) => {
+                tracing::error!(height, "no baseline snapshot: {e}");
+                return;
+            }
+        },
         _ => Form::Bavl(meta),
     };
     let held = Held { height, form, snap, served: Default::default() };

@@ -52,8 +52,8 @@ fn a_new_handshake_drops_a_finalized_uncommitted_block() {
     let r = finalize(&app, 4, &block);
     assert_eq!(&r.app_hash[..], &model_apply(&mut model, &block)[..]);
     app.commit();
-    assert_eq!(app.get(b"ghost"), None);
-    assert_eq!(app.get(b"real"), Some(b"2".to_vec()));
+    assert_eq!(app.get(b"ghost"), Ok(None));
+    assert_eq!(app.get(b"real"), Ok(Some(b"2".to_vec())));
     std::fs::remove_dir_all(&home).unwrap();
 }
 

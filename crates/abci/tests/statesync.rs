@@ -125,7 +125,7 @@ fn offers_are_checked_against_the_trusted_app_hash() {
             bavl_abci::restore::Applied::Accepted { .. } | bavl_abci::restore::Applied::Complete(_)
         ));
         if let bavl_abci::restore::Applied::Complete(tree) = done {
-            assert_eq!(tree.get(FORGED_KEY), Some(&b"forged at 11"[..]));
+            assert_eq!(tree.get(FORGED_KEY), Ok(Some(&b"forged at 11"[..])));
         }
     }
     // Other refusals: a wrong format, a hash that does not match, a chunk count that

@@ -15,22 +15,28 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use bavl_core::Tree;
 use bavl_store::Store;
-use bavl_workload::{block, initial, next_key, Key, Mix, Op, Value};
+use bavl_workload::{initial, next_key, to_key, try_block, Key, Mix, Op, Value};
 
 /// Keys per version while loading the initial state.
 pub const INITIAL_BATCH: u64 = 10_000;
 
 /// Something a version can be applied to.
 pub trait State {
-    /// The first key at or after `probe` in the working state.
-    fn next_key(&self, probe: &Key) -> Option<Key>;
+    /// The first key at or after `probe` in the working state (a paged store loads the
+    /// chunks it needs; a failed load is an error, never "no key").
+    fn next_key(&mut self, probe: &Key) -> Result<Option<Key>>;
     fn put(&mut self, key: &Key, value: &Value) -> Result<()>;
     fn delete(&mut self, key: &Key) -> Result<()>;
+    /// Makes what `ops` will touch resident before they are applied (a paged store);
+    /// nothing by default.
+    fn prefetch(&mut self, _ops: &[Op]) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl State for Tree {
-    fn next_key(&self, probe: &Key) -> Option<Key> {
-        next_key(|lo| self.range(lo, Bound::Unbounded), probe)
+    fn next_key(&mut self, probe: &Key) -> Result<Option<Key>> {
+        Ok(next_key(|lo| self.range(lo, Bound::Unbounded), probe)?)
     }
     fn put(&mut self, key: &Key, value: &Value) -> Result<()> {
         self.insert(key, value)?;
@@ -43,8 +49,8 @@ impl State for Tree {
 }
 
 impl State for Store {
-    fn next_key(&self, probe: &Key) -> Option<Key> {
-        next_key(|lo| self.working().range(lo, Bound::Unbounded), probe)
+    fn next_key(&mut self, probe: &Key) -> Result<Option<Key>> {
+        Ok(self.seek(Bound::Included(&probe[..]))?.map(|(k, _)| to_key(&k)))
     }
     fn put(&mut self, key: &Key, value: &Value) -> Result<()> {
         self.insert(key, value)?;
@@ -52,6 +58,11 @@ impl State for Store {
     }
     fn delete(&mut self, key: &Key) -> Result<()> {
         self.remove(key)?;
+        Ok(())
+    }
+    fn prefetch(&mut self, ops: &[Op]) -> Result<()> {
+        let keys: Vec<&Key> = ops.iter().map(Op::key).collect();
+        Store::prefetch(self, &keys)?;
         Ok(())
     }
 }
@@ -63,6 +74,8 @@ pub struct Applied {
     pub ops: u64,
     /// Generating the operations (including the lookups of existing keys).
     pub generate: Duration,
+    /// Loading what they touch first ([`State::prefetch`]), when asked to.
+    pub prefetch: Duration,
     /// Applying them to the state.
     pub apply: Duration,
 }
@@ -75,13 +88,22 @@ pub struct Workload {
     /// The initial state's pairs not yet loaded, and the version that loads the next ones.
     pairs: Box<dyn Iterator<Item = (Key, Value)> + Send>,
     next_initial: u64,
+    /// Whether a block's chunks are loaded before it is applied ([`State::prefetch`]).
+    prefetch: bool,
 }
 
 impl Workload {
     /// Versions `1..=ceil(initial_keys / INITIAL_BATCH)` load `initial_keys` keys; the
     /// later ones are blocks of `mix`.
     pub fn new(seed: u64, initial_keys: u64, mix: Mix) -> Self {
-        Workload { seed, initial_keys, mix, pairs: Box::new(initial(seed)), next_initial: 1 }
+        let pairs = Box::new(initial(seed));
+        Workload { seed, initial_keys, mix, pairs, next_initial: 1, prefetch: true }
+    }
+
+    /// Whether [`State::prefetch`] runs before each block (it does by default).
+    pub fn with_prefetch(mut self, on: bool) -> Self {
+        self.prefetch = on;
+        self
     }
 
     /// How many versions load the initial state.
@@ -114,11 +136,21 @@ impl Workload {
                 state.put(k, v)?;
             }
             self.next_initial += 1;
-            return Ok(Applied { ops: count, generate, apply: t.elapsed() });
+            return Ok(Applied {
+                ops: count,
+                generate,
+                prefetch: Duration::ZERO,
+                apply: t.elapsed(),
+            });
         }
         let t = Instant::now();
-        let ops = block(self.seed, version, self.mix, |p| state.next_key(p));
+        let ops = try_block(self.seed, version, self.mix, |p| state.next_key(p))?;
         let generate = t.elapsed();
+        let t = Instant::now();
+        if self.prefetch {
+            state.prefetch(&ops)?;
+        }
+        let prefetch = t.elapsed();
         let t = Instant::now();
         for op in &ops {
             match op {
@@ -126,7 +158,7 @@ impl Workload {
                 Op::Delete(k) => state.delete(k)?,
             }
         }
-        Ok(Applied { ops: ops.len() as u64, generate, apply: t.elapsed() })
+        Ok(Applied { ops: ops.len() as u64, generate, prefetch, apply: t.elapsed() })
     }
 }
 

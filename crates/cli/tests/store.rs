@@ -58,7 +58,9 @@ fn reference_root(seed: u64, initial_keys: usize, last: u64) -> String {
             continue;
         }
         let mix = Mix { inserts: 200, updates: 200, deletes: 50 };
-        for op in block(seed, v, mix, |p| next_key(|lo| t.range(lo, Bound::Unbounded), p)) {
+        for op in block(seed, v, mix, |p| {
+            next_key(|lo| t.range(lo, Bound::Unbounded), p).expect("resident")
+        }) {
             match op {
                 Op::Put(k, val) => {
                     t.insert(&k, &val).unwrap();

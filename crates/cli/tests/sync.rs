@@ -109,10 +109,10 @@ fn sync_from_server_mirror_and_liar_writes_a_store() {
 
     let out = bavl_sync(&dst, &root, v, &peers, &json).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let store = Store::open(&dst, Options::default()).unwrap();
+    let mut store = Store::open(&dst, Options::default()).unwrap();
     assert_eq!(store.version(), v);
     assert_eq!(hex::encode(store.root()), root);
-    assert_eq!(store.get(b"second"), Some(&b"version"[..]));
+    assert_eq!(store.get(b"second").unwrap(), Some(&b"version"[..]));
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(s["sources"][0]["health"], "banned", "{s}");
     // The honest sources: live, or (one that delivered nothing before the other

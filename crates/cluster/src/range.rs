@@ -142,6 +142,7 @@ impl RangeState {
         let moved: Vec<(Vec<u8>, Vec<u8>)> = self
             .tree
             .range(Bound::Included(key), Bound::Unbounded)
+            .expect("a range's tree is resident")
             .map(|(k, v)| (k.to_vec(), v.to_vec()))
             .collect();
         let mut right_tree = Tree::with_capacity(self.tree.capacity()).expect("capacity of a tree");
@@ -172,8 +173,8 @@ impl RangeState {
         }
         for d in descs {
             let key = dir_key(&d.start);
-            let held =
-                self.tree.get(&key).and_then(|v| serde_json::from_slice::<RangeDesc>(v).ok());
+            let held = self.tree.get(&key).ok().flatten();
+            let held = held.and_then(|v| serde_json::from_slice::<RangeDesc>(v).ok());
             if held.as_ref().is_some_and(|h| h.id == d.id && !d.epoch.is_newer_than(&h.epoch)) {
                 continue;
             }
@@ -187,6 +188,7 @@ impl RangeState {
     pub fn descriptors(&self) -> Vec<RangeDesc> {
         self.tree
             .range(Bound::Included(DIR_RANGE_PREFIX), Bound::Unbounded)
+            .expect("the directory's tree is resident")
             .take_while(|(k, _)| k.starts_with(DIR_RANGE_PREFIX))
             .filter_map(|(_, v)| serde_json::from_slice(v).ok())
             .collect()
@@ -195,8 +197,8 @@ impl RangeState {
     /// Directory: the descriptor held for the range containing `key`.
     pub fn lookup(&self, key: &[u8]) -> Option<RangeDesc> {
         let probe = dir_key(key);
-        let (k, v) =
-            self.tree.range(Bound::Included(DIR_RANGE_PREFIX), Bound::Included(&probe)).last()?;
+        let mut below = self.tree.range(Bound::Included(DIR_RANGE_PREFIX), Bound::Included(&probe));
+        let (k, v) = below.as_mut().ok()?.last()?;
         let d: RangeDesc = serde_json::from_slice(v).ok()?;
         (k.starts_with(DIR_RANGE_PREFIX) && d.contains(key)).then_some(d)
     }
@@ -251,7 +253,7 @@ impl RangeState {
         if count < 2 {
             return None;
         }
-        let bytes = snap.export_chunk(count / 2)?;
+        let bytes = snap.export_chunk(count / 2).ok()?;
         let chunk = bavl_core::verify_chunk::<Sha256>(&snap.root_hash(), count / 2, &bytes).ok()?;
         let key = chunk.entries().next()?.0.to_vec();
         self.desc.can_split_at(&key).then_some(key)

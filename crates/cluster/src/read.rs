@@ -29,8 +29,14 @@ pub(crate) async fn read(
     }
     let index = s.last_applied.map_or(0, |l| l.index);
     let tree = &mut s.state.tree;
+    // A range's tree is always resident, but a read that cannot be answered is refused,
+    // never answered "absent".
+    let refused = |e: bavl_core::PageRef| ClientReply::Refused(e.to_string());
     match op {
-        ClientOp::Get(key) => ClientReply::Value(tree.get(&key).map(<[u8]>::to_vec)),
+        ClientOp::Get(key) => match tree.get(&key) {
+            Ok(v) => ClientReply::Value(v.map(<[u8]>::to_vec)),
+            Err(e) => refused(e),
+        },
         ClientOp::Scan { start, end, limit } => {
             // The scan stops at the nearer of the caller's end and the range's end.
             let stop = match (end.is_empty(), desc.end.is_empty()) {
@@ -42,7 +48,11 @@ pub(crate) async fn read(
             let hi = stop.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
             let mut entries = Vec::new();
             let mut more = false;
-            for (k, v) in tree.range(Bound::Included(&start), hi) {
+            let iter = match tree.range(Bound::Included(&start), hi) {
+                Ok(iter) => iter,
+                Err(e) => return refused(e),
+            };
+            for (k, v) in iter {
                 if entries.len() as u32 >= limit.max(1) {
                     more = true;
                     break;
@@ -52,17 +62,20 @@ pub(crate) async fn read(
             ClientReply::Entries { entries, range_end: desc.end, more }
         }
         ClientOp::Prove(key) => {
-            let value = tree.get(&key).map(<[u8]>::to_vec);
+            let value = match tree.get(&key) {
+                Ok(v) => v.map(<[u8]>::to_vec),
+                Err(e) => return refused(e),
+            };
             let snap = tree.snapshot();
             let proof = match value {
                 Some(_) => snap.prove_membership(&key),
                 None => snap.prove_absence(&key),
             };
             match proof {
-                Some(proof) => {
+                Ok(proof) => {
                     ClientReply::Proof { root: snap.root_hash().to_vec(), index, value, proof }
                 }
-                None => ClientReply::Refused("no proof for this key".into()),
+                Err(e) => ClientReply::Refused(format!("no proof for this key: {e}")),
             }
         }
         _ => ClientReply::Refused("not a read".into()),

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::page::PageRef;
+
 /// Why untrusted bytes could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DecodeError {
@@ -103,6 +105,53 @@ pub enum InputError {
     NotResident { index: u64 },
 }
 
+/// Why a proof of one key was not made ([`crate::Snapshot::prove_membership`],
+/// [`crate::Snapshot::prove_absence`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProveError {
+    /// A membership proof was asked for a key that is absent.
+    #[error("the key is absent: no membership proof")]
+    KeyAbsent,
+    /// An absence proof was asked for a key that is present.
+    #[error("the key is present: no absence proof")]
+    KeyPresent,
+    /// The proof needs a chunk whose body is not in memory (a paged version): load it
+    /// first. Never reported as "absent" or "present".
+    #[error(transparent)]
+    NotResident(#[from] PageRef),
+}
+
+impl ProveError {
+    /// The absent chunk to load before asking again, if that is why.
+    pub fn page(&self) -> Option<&PageRef> {
+        match self {
+            ProveError::NotResident(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// Why a chunk was not exported ([`crate::Snapshot::export_chunk`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ChunkError {
+    /// There is no chunk of that index in this version.
+    #[error("no chunk {index}: the version has {count} chunks")]
+    OutOfRange { index: u64, count: u64 },
+    /// The chunk's body is not in memory (a paged version): load it first.
+    #[error(transparent)]
+    NotResident(#[from] PageRef),
+}
+
+impl ChunkError {
+    /// The absent chunk to load before asking again, if that is why.
+    pub fn page(&self) -> Option<&PageRef> {
+        match self {
+            ChunkError::NotResident(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
 /// Why a restore could not accept a chunk or finish.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RestoreError {
@@ -134,4 +183,11 @@ pub enum Error {
     Input(#[from] InputError),
     #[error(transparent)]
     Restore(#[from] RestoreError),
+    #[error(transparent)]
+    Prove(#[from] ProveError),
+    #[error(transparent)]
+    Chunk(#[from] ChunkError),
+    /// A read needed a chunk that is not resident.
+    #[error(transparent)]
+    NotResident(#[from] PageRef),
 }

@@ -27,7 +27,7 @@
 //! // Any order: here, last chunk first.
 //! let mut restore = Restore::<Sha256>::new(snap.root_hash());
 //! for i in (0..snap.chunk_count()).rev() {
-//!     restore.add_chunk(i, &snap.export_chunk(i).unwrap())?;
+//!     restore.add_chunk(i, &snap.export_chunk(i)?)?;
 //! }
 //! let mut rebuilt = restore.finish(4)?;
 //! assert_eq!(rebuilt.root_hash(), snap.root_hash());
@@ -48,7 +48,7 @@ mod skeleton;
 mod snapshot;
 mod tree;
 
-pub use error::{DecodeError, Error, InputError, ProofError, RestoreError};
+pub use error::{ChunkError, DecodeError, Error, InputError, ProofError, ProveError, RestoreError};
 #[cfg(feature = "blake3")]
 pub use hash::Blake3;
 pub use hash::{Digest, Hasher, Key, Sha256, FORMAT_VERSION};

@@ -51,6 +51,23 @@ impl PageRef {
     }
 }
 
+/// A `PageRef` is also the error of a read that needs an absent chunk: the read is
+/// refused (never answered from the chunks that happen to be resident) and the caller
+/// loads the chunk it names.
+impl std::fmt::Display for PageRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "chunk {} is not resident: load it before this read", self.index)
+    }
+}
+
+impl std::error::Error for PageRef {}
+
+impl From<PageRef> for InputError {
+    fn from(p: PageRef) -> InputError {
+        p.not_resident()
+    }
+}
+
 /// Why a body was not made resident.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PageError {
@@ -396,6 +413,11 @@ impl<H: Hasher> Tree<H> {
 }
 
 impl<H: Hasher> Snapshot<H> {
+    /// The first entry with a key within `lo` (a seek), or the absent chunk holding it.
+    pub fn try_first_from(&self, lo: std::ops::Bound<&[u8]>) -> Result<Option<Entry<'_>>, PageRef> {
+        self.view().try_first_from(lo)
+    }
+
     /// The first absent chunk a range proof of `lo..hi` (or a read of the range) needs.
     pub fn absent_for_range(
         &self,

@@ -57,23 +57,26 @@ impl<H: Hasher> Snapshot<H> {
     pub fn chunk_count(&self) -> u64 {
         self.view().chunk_count()
     }
-    /// The value of `key`; on a version with absent chunks `None` also means "not
-    /// resident": a paging caller uses [`Snapshot::try_get`].
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+    /// The value of `key`, if present; on a version with absent chunks a key whose chunk
+    /// is absent is an error naming it, never `None` (see [`Tree::get`]).
+    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>, PageRef> {
         self.view().get(key)
     }
-    /// The value of `key`, or the absent chunk that holds the answer.
+    /// The same as [`Snapshot::get`] (the name the loaders use).
     pub fn try_get(&self, key: &[u8]) -> Result<Option<&[u8]>, PageRef> {
-        self.view().try_get(key)
+        self.get(key)
     }
-    pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
+    /// Entries in the bounds, in key order; an error if an absent chunk holds a key of
+    /// the range (see [`Tree::range`]).
+    pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Result<Iter<'a>, PageRef> {
         self.view().range(lo, hi)
     }
-    pub fn iter(&self) -> Iter<'_> {
+    /// All entries in key order (see [`Snapshot::range`]).
+    pub fn iter(&self) -> Result<Iter<'_>, PageRef> {
         self.range(Bound::Unbounded, Bound::Unbounded)
     }
     pub(crate) fn view(&self) -> View<'_> {
-        View { root: self.root.as_ref(), capacity: self.capacity }
+        View { root: self.root.as_ref(), capacity: self.capacity, paged: self.paged }
     }
     /// A working tree starting from this version (O(1); copies on write).
     pub fn to_tree(&self) -> Tree<H> {
@@ -86,6 +89,8 @@ impl<H: Hasher> Snapshot<H> {
 pub(crate) struct View<'a> {
     pub root: Option<&'a Node>,
     pub capacity: u32,
+    /// Whether some chunk may be absent (reads then check before answering).
+    pub paged: bool,
 }
 
 impl<'a> View<'a> {
@@ -97,13 +102,8 @@ impl<'a> View<'a> {
         self.root.map_or(0, Node::chunk_count)
     }
 
-    /// The value of `key`; `None` also when the key's chunk is absent (see `try_get`).
-    pub(crate) fn get(&self, key: &[u8]) -> Option<&'a [u8]> {
-        self.try_get(key).ok().flatten()
-    }
-
     /// The value of `key`, or the absent chunk that would hold it.
-    pub(crate) fn try_get(&self, key: &[u8]) -> Result<Option<&'a [u8]>, PageRef> {
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<&'a [u8]>, PageRef> {
         let Some(root) = self.root else { return Ok(None) };
         match root.find(key) {
             (Leaf::Body(c), _, _) => Ok(c.search(key).ok().map(|i| c.value(i))),
@@ -131,13 +131,22 @@ impl<'a> View<'a> {
         }
     }
 
-    /// Entries in the bounds; the iteration stops early at an absent chunk (a paging
-    /// caller makes the range resident first: `absent_between`).
-    pub(crate) fn range(&self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
+    /// Entries in the bounds, or the first absent chunk holding a key of them (checked
+    /// only when the tree may have absent chunks: an all-resident tree pays nothing).
+    pub(crate) fn range(&self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Result<Iter<'a>, PageRef> {
         let mut it = Iter { root: self.root, chunk: None, chunk_index: 0, pos: 0, hi };
-        let (Some(root), Ok(start)) = (self.root, self.try_lower_index(lo)) else {
-            return it;
-        };
+        let Some(root) = self.root else { return Ok(it) };
+        let start = self.try_lower_index(lo)?;
+        if self.paged {
+            let end = match hi {
+                Bound::Unbounded => root.key_count(),
+                Bound::Included(b) => self.try_lower_index(Bound::Excluded(b))?,
+                Bound::Excluded(b) => self.try_lower_index(Bound::Included(b))?,
+            };
+            if let Some(p) = self.absent_between(start, end) {
+                return Err(p);
+            }
+        }
         if start < root.key_count() {
             if let (Leaf::Body(c), index, before) = root.locate(start) {
                 it.chunk = Some(c);
@@ -145,7 +154,7 @@ impl<'a> View<'a> {
                 it.pos = (start - before) as usize;
             }
         }
-        it
+        Ok(it)
     }
 }
 

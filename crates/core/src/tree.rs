@@ -124,30 +124,33 @@ impl<H: Hasher> Tree<H> {
         self.view().chunk_count()
     }
 
-    /// The value of `key`, if present. On a tree with absent chunks (§8.5.1) `None` also
-    /// means "not resident": a paging caller uses [`Tree::try_get`].
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+    /// The value of `key`, if present. On a tree with absent chunks (§8.5.1) a key
+    /// whose chunk is absent is an error naming that chunk, never `None`: load it
+    /// ([`Tree::page_in`]) and ask again. A tree with no absent chunk never errs.
+    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>, PageRef> {
         self.view().get(key)
     }
 
-    /// The value of `key`, or the absent chunk that holds the answer.
+    /// The same as [`Tree::get`] (the name the loaders use).
     pub fn try_get(&self, key: &[u8]) -> Result<Option<&[u8]>, PageRef> {
-        self.view().try_get(key)
+        self.get(key)
     }
 
-    /// Entries with keys in the given bounds, in key order (stopping early at an absent
-    /// chunk: a paging caller makes the range resident first).
-    pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Iter<'a> {
+    /// Entries with keys in the given bounds, in key order. On a tree with absent
+    /// chunks, the first absent chunk holding a key of the range is an error (before
+    /// anything is yielded): an iteration never stops early at a chunk it cannot read.
+    pub fn range<'a>(&'a self, lo: Bound<&[u8]>, hi: Bound<&'a [u8]>) -> Result<Iter<'a>, PageRef> {
         self.view().range(lo, hi)
     }
 
-    /// All entries in key order.
-    pub fn iter(&self) -> Iter<'_> {
+    /// All entries in key order (an error on a tree with an absent chunk, as
+    /// [`Tree::range`]).
+    pub fn iter(&self) -> Result<Iter<'_>, PageRef> {
         self.range(Bound::Unbounded, Bound::Unbounded)
     }
 
     pub(crate) fn view(&self) -> View<'_> {
-        View { root: self.root.as_ref(), capacity: self.capacity }
+        View { root: self.root.as_ref(), capacity: self.capacity, paged: self.paged }
     }
 
     /// Inserts or replaces; returns `true` if the key was new. A refused key or value

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use bavl_core::{verify_absence, verify_membership, verify_range, Sha256, Tree};
+use bavl_core::{verify_absence, verify_membership, verify_range, ProveError, Sha256, Tree};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -24,22 +24,22 @@ fn check_against_model(tree: &mut Tree, model: &Model, rng: &mut SmallRng) {
     let snap = tree.snapshot();
     tree.check().unwrap();
     let root = snap.root_hash();
-    let items: Vec<_> = snap.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    let items: Vec<_> = snap.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
     let expect: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     assert_eq!(items, expect, "iteration differs from the model");
     for _ in 0..8 {
         let key = random_key(rng, 3000);
         match model.get(&key) {
             Some(v) => {
-                assert_eq!(snap.get(&key), Some(&v[..]));
+                assert_eq!(snap.get(&key), Ok(Some(&v[..])));
                 let p = snap.prove_membership(&key).unwrap();
                 let ok = verify_membership::<Sha256>(&root, &key, v, &p).unwrap();
                 assert_eq!(ok.index, model.range(..key.clone()).count() as u64);
                 assert!(verify_membership::<Sha256>(&root, &key, b"other", &p).is_err());
-                assert!(snap.prove_absence(&key).is_none());
+                assert_eq!(snap.prove_absence(&key), Err(ProveError::KeyPresent));
             }
             None => {
-                assert_eq!(snap.get(&key), None);
+                assert_eq!(snap.get(&key), Ok(None));
                 let p = snap.prove_absence(&key).unwrap();
                 let ok = verify_absence::<Sha256>(&root, &key, &p).unwrap();
                 assert_eq!(ok.key_count, model.len() as u64);
@@ -60,7 +60,8 @@ fn check_against_model(tree: &mut Tree, model: &Model, rng: &mut SmallRng) {
         let want: Vec<_> =
             model.range::<[u8], _>((lo, hi)).map(|(k, v)| (k.clone(), v.clone())).collect();
         assert_eq!(got, want, "range {lo:?}..{hi:?}");
-        let direct: Vec<_> = snap.range(lo, hi).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        let direct: Vec<_> =
+            snap.range(lo, hi).unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
         assert_eq!(direct, want);
     }
 }
@@ -152,7 +153,7 @@ fn snapshots_are_unaffected_by_later_writes() {
     assert_ne!(tree.root_hash(), root);
     assert_eq!(snap.root_hash(), root);
     assert_eq!(snap.len(), 200);
-    assert!(snap.iter().all(|(_, v)| v == b"v1"));
+    assert!(snap.iter().unwrap().all(|(_, v)| v == b"v1"));
     let mut again = snap.to_tree();
     assert_eq!(again.root_hash(), root);
     again.check().unwrap();
@@ -178,7 +179,7 @@ fn degenerate_ranges_prove_and_verify() {
                     .unwrap_or_else(|e| panic!("{probe} {lo:?}..{hi:?}: {e}"))
                     .entries;
                 let want: Vec<_> =
-                    snap.range(lo, hi).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+                    snap.range(lo, hi).unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
                 assert_eq!(got, want, "{probe} {lo:?}..{hi:?}");
             }
         }

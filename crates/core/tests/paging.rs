@@ -160,10 +160,10 @@ fn check_retained(disk: &Disk, snap: &Snapshot, model: &Model) {
     assert!(!bodies.is_empty(), "the retained version shares evicted chunks");
     let absent_before = bodies.len();
     let full = snap.with_bodies(bodies).unwrap();
-    let all: Vec<_> = full.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    let all: Vec<_> = full.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
     assert_eq!(all, model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
     let k = model.keys().nth(model.len() / 2).unwrap();
-    assert_eq!(full.get(k), model.get(k).map(Vec::as_slice));
+    assert_eq!(full.get(k), Ok(model.get(k).map(Vec::as_slice)));
     let proof = full.prove_range(Bound::Included(k), Bound::Unbounded).unwrap();
     let verified = bavl_core::verify_range::<bavl_core::Sha256>(
         &snap.root_hash(),
@@ -213,7 +213,7 @@ fn a_damaged_body_is_refused_and_changes_nothing() {
     assert!(tree.page_in(p.index, disk.body(&other)).is_err());
     assert_eq!(tree.root_hash(), root);
     disk.load(&mut tree, vec![p]);
-    assert_eq!(tree.get(&key), Some(&b"value"[..]));
+    assert_eq!(tree.get(&key), Ok(Some(&b"value"[..])));
 }
 
 #[test]
@@ -254,4 +254,72 @@ fn operations_on_absent_chunks_are_refused_before_any_change() {
         tested += 1;
     }
     assert!(tested > 3, "full chunks with absent neighbours were met: {tested}");
+}
+
+/// Every read of a tree or version with absent chunks either answers from memory exactly
+/// as an unpaged tree would, or names an absent chunk it needs: never "absent", "present",
+/// "no such chunk" or an iteration cut short because a body was not in memory.
+#[test]
+fn reads_never_answer_from_what_happens_to_be_resident() {
+    use bavl_core::{ChunkError, ProveError};
+    let mut full = Tree::with_capacity(4).unwrap();
+    for k in (0..600u64).map(|k| k * 5) {
+        full.insert(&key(k), format!("v{k}").as_bytes()).unwrap();
+    }
+    let reference = full.snapshot();
+    let mut disk = Disk::default();
+    disk.checkpoint(&reference);
+    let mut paged = reference.to_tree();
+    // Every other chunk absent.
+    for i in (0..paged.chunk_count()).step_by(2) {
+        assert!(paged.page_out(i).is_some());
+    }
+    let snap = paged.snapshot();
+    let mut rng = Rng(11);
+    for _ in 0..400 {
+        let k = key(rng.next());
+        let want = reference.get(&k).unwrap();
+        match snap.get(&k) {
+            Ok(got) => assert_eq!(got, want),
+            Err(p) => assert!(!paged.is_resident(p.index), "an error names an absent chunk"),
+        }
+        assert_eq!(paged.get(&k).ok(), snap.get(&k).ok());
+        match (snap.prove_membership(&k), want) {
+            (Ok(p), Some(_)) => assert_eq!(Ok(p), reference.prove_membership(&k)),
+            (Err(ProveError::KeyAbsent), None) => {}
+            (Err(ProveError::NotResident(p)), _) => assert!(!paged.is_resident(p.index)),
+            (other, want) => panic!("membership of {k:?} (value {want:?}): {other:?}"),
+        }
+        match (snap.prove_absence(&k), want) {
+            (Ok(p), None) => assert_eq!(Ok(p), reference.prove_absence(&k)),
+            (Err(ProveError::KeyPresent), Some(_)) => {}
+            (Err(ProveError::NotResident(p)), _) => assert!(!paged.is_resident(p.index)),
+            (other, want) => panic!("absence of {k:?} (value {want:?}): {other:?}"),
+        }
+        // A range: all of it, or the absent chunk it needs; never a prefix.
+        let lo = key(rng.next());
+        let hi = key(rng.next());
+        let (lo, hi) = if lo <= hi { (lo, hi) } else { (hi, lo) };
+        let bounds = (Bound::Included(&lo[..]), Bound::Excluded(&hi[..]));
+        let want: Vec<_> = reference.range(bounds.0, bounds.1).unwrap().collect();
+        match snap.range(bounds.0, bounds.1) {
+            Ok(it) => assert_eq!(it.collect::<Vec<_>>(), want),
+            Err(p) => assert!(!paged.is_resident(p.index)),
+        }
+    }
+    assert!(snap.iter().is_err(), "a whole iteration needs every chunk");
+    for i in 0..snap.chunk_count() {
+        match snap.export_chunk(i) {
+            Ok(c) => assert_eq!(Ok(c), reference.export_chunk(i)),
+            Err(e) => {
+                assert!(matches!(e, ChunkError::NotResident(ref p) if p.index == i && i % 2 == 0))
+            }
+        }
+    }
+    let n = snap.chunk_count();
+    assert_eq!(snap.export_chunk(n), Err(ChunkError::OutOfRange { index: n, count: n }));
+    // Loaded back, every read answers as the unpaged tree's.
+    let needs: Vec<PageRef> = (0..n).filter_map(|i| snap.absent_chunk(i)).collect();
+    let loaded = snap.with_bodies(needs.iter().map(|p| (p.index, disk.body(p)))).unwrap();
+    assert!(loaded.iter().unwrap().eq(reference.iter().unwrap()));
 }

@@ -13,7 +13,7 @@ fn readme_example() -> Result<(), bavl_core::Error> {
     let snap = tree.snapshot();
     let root = snap.root_hash();
 
-    let proof = snap.prove_membership(b"bob").unwrap();
+    let proof = snap.prove_membership(b"bob")?;
     let verified = verify_membership::<Sha256>(&root, b"bob", b"20", &proof)?;
     assert_eq!((verified.index, verified.key_count), (0, 1));
     let proof = snap.prove_range(Bound::Included(&b"a"[..]), Bound::Excluded(&b"c"[..]))?;
@@ -28,7 +28,7 @@ fn readme_example() -> Result<(), bavl_core::Error> {
 
     let mut restore = Restore::<Sha256>::new(root);
     for i in (0..snap.chunk_count()).rev() {
-        restore.add_chunk(i, &snap.export_chunk(i).unwrap())?;
+        restore.add_chunk(i, &snap.export_chunk(i)?)?;
     }
     let mut rebuilt = restore.finish(snap.capacity())?;
     assert_eq!(rebuilt.root_hash(), root);

@@ -2,7 +2,7 @@
 //! future); duplicate, missing, foreign and out-of-range chunks are clear errors that
 //! leave the restore unchanged.
 
-use bavl_core::{ProofError, Restore, RestoreError, Sha256, Snapshot, Tree};
+use bavl_core::{ChunkError, ProofError, Restore, RestoreError, Sha256, Snapshot, Tree};
 use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
 
 fn build(capacity: u32, n: u32, seed: u64) -> Tree {
@@ -41,6 +41,7 @@ fn assert_same_future(a: &mut Tree, b: &mut Tree, seed: u64) {
                 // Remove an existing key half the time.
                 let existing = a
                     .iter()
+                    .unwrap()
                     .nth(rng.gen_range(0..a.len().max(1)) as usize)
                     .map(|(k, _)| k.to_vec());
                 let key = existing.filter(|_| rng.gen_bool(0.5)).unwrap_or(k.to_vec());
@@ -61,7 +62,7 @@ fn any_order_gives_the_identical_tree_and_future() {
             let mut rebuilt = restore_shuffled(&snap, seed);
             assert_eq!(rebuilt.root_hash(), snap.root_hash());
             rebuilt.check().unwrap();
-            assert!(rebuilt.iter().eq(snap.iter()));
+            assert!(rebuilt.iter().unwrap().eq(snap.iter().unwrap()));
             if seed == 0 {
                 assert_same_future(&mut tree.clone(), &mut rebuilt, n as u64);
             }
@@ -224,7 +225,7 @@ fn chunks_exported_into_one_buffer_are_the_chunks_exported_alone() {
     let mut buf = b"prefix".to_vec();
     let mut ends = Vec::new();
     for i in 0..snap.chunk_count() {
-        assert!(snap.export_chunk_into(i, &mut buf));
+        snap.export_chunk_into(i, &mut buf).unwrap();
         ends.push(buf.len());
     }
     let mut start = b"prefix".len();
@@ -234,7 +235,10 @@ fn chunks_exported_into_one_buffer_are_the_chunks_exported_alone() {
     }
     // No chunk past the end, nor of an empty tree: the buffer is left as it was.
     let len = buf.len();
-    assert!(!snap.export_chunk_into(snap.chunk_count(), &mut buf));
-    assert!(!Tree::new().snapshot().export_chunk_into(0, &mut buf));
+    let n = snap.chunk_count();
+    let out_of_range = Err(ChunkError::OutOfRange { index: n, count: n });
+    assert_eq!(snap.export_chunk_into(n, &mut buf), out_of_range);
+    let out_of_range = Err(ChunkError::OutOfRange { index: 0, count: 0 });
+    assert_eq!(Tree::new().snapshot().export_chunk_into(0, &mut buf), out_of_range);
     assert_eq!(buf.len(), len);
 }

@@ -203,9 +203,9 @@ fn write_with_lead(
             }
             None => &snap,
         };
-        if !from.export_chunk_into(i, &mut buf) {
+        if let Err(e) = from.export_chunk_into(i, &mut buf) {
             return Err(StoreError::InvalidOption(format!(
-                "chunk {i} of version {version} is not in memory and there is no page file"
+                "chunk {i} of version {version} cannot be written ({e}) and there is no page file"
             )));
         }
         let len = (buf.len() - at - 4) as u32;

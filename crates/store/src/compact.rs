@@ -173,7 +173,7 @@ mod tests {
                 (0..snap.chunk_count()).filter_map(|i| snap.absent_chunk(i)).collect();
             let full = pager.files.materialize(snap, &pages).unwrap();
             let got: BTreeMap<Vec<u8>, Vec<u8>> =
-                full.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+                full.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
             assert_eq!(&got, m);
         }
     }
@@ -219,7 +219,7 @@ mod tests {
                 (0..snap.chunk_count()).filter_map(|i| snap.absent_chunk(i)).collect();
             let full = pager.files.materialize(snap, &pages).unwrap();
             let got: BTreeMap<Vec<u8>, Vec<u8>> =
-                full.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+                full.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
             assert_eq!(&got, m);
         }
     }

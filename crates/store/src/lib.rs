@@ -36,12 +36,12 @@
 //! store.commit()?;
 //! // Version 1 is still readable, and provable against its root.
 //! let old = store.snapshot(v1)?;
-//! assert_eq!(old.get(b"alice"), Some(&b"10"[..]));
+//! assert_eq!(old.get(b"alice"), Ok(Some(&b"10"[..])));
 //! let proof = old.prove_membership(b"alice").unwrap();
 //! bavl_core::verify_membership::<bavl_core::Sha256>(&root1, b"alice", b"10", &proof).unwrap();
 //! drop(store);
-//! let store = Store::open(&dir, Options::default())?; // the same versions come back
-//! assert_eq!(store.get(b"alice"), Some(&b"7"[..]));
+//! let mut store = Store::open(&dir, Options::default())?; // the same versions come back
+//! assert_eq!(store.get(b"alice")?, Some(&b"7"[..]));
 //! # std::fs::remove_dir_all(&dir).ok();
 //! # Ok::<(), bavl_store::StoreError>(())
 //! ```
@@ -223,13 +223,8 @@ impl Store {
         self.tree.capacity()
     }
 
-    /// Reads the working state (committed versions plus uncommitted changes). With
-    /// paging on, `None` also means "not in memory": use [`Store::read`].
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.tree.get(key)
-    }
-
-    /// The working state, read-only (for iteration).
+    /// The working state, read-only (for iteration; on a paged store a range that meets
+    /// a chunk not in memory is an error naming it, and [`Store::seek`] loads).
     pub fn working(&self) -> &Tree {
         &self.tree
     }

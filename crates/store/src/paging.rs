@@ -323,15 +323,16 @@ impl Store {
         r
     }
 
-    /// Reads the working state, loading the key's chunk first if it is paged out (a body
-    /// that fails its verification is [`StoreError::Corrupted`], never an answer).
-    pub fn read(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
+    /// Reads the working state (committed versions plus uncommitted changes), loading
+    /// the key's chunk first if it is paged out: a body that fails its verification is
+    /// [`StoreError::Corrupted`], never an answer, and a key is never reported absent
+    /// because its chunk is not in memory. Without paging it only reads.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
         let missing = self.tree.try_get(key).err();
         if let (Some(p), Some(page)) = (&mut self.pager, missing) {
             p.load(&mut self.tree, vec![page])?;
         }
-        let not_resident = |p: PageRef| InputError::NotResident { index: p.index };
-        Ok(self.tree.try_get(key).map_err(not_resident)?)
+        Ok(self.tree.get(key).map_err(InputError::from)?)
     }
 
     /// The first entry of the working state with a key within `lo` (a seek), loading
@@ -347,6 +348,23 @@ impl Store {
             };
             p.load(&mut self.tree, vec![missing])?;
         }
+    }
+
+    /// `snap` with every absent chunk that `needs` names loaded, asked again after each
+    /// load until it names none: `needs` is a read's own question, such as
+    /// `|s| s.get(key).err()` or `|s| s.prove_absence(key).err()?.page().cloned()`.
+    /// Then that read on the returned snapshot answers from memory. Without paging (or
+    /// when nothing is absent) a clone of `snap`.
+    pub fn resident_for(
+        &self,
+        snap: &Snapshot,
+        mut needs: impl FnMut(&Snapshot) -> Option<PageRef>,
+    ) -> Result<Snapshot, StoreError> {
+        let mut snap = snap.clone();
+        while let Some(page) = needs(&snap) {
+            snap = self.load_pages(&snap, &[page])?;
+        }
+        Ok(snap)
     }
 
     /// `snap` (a retained version) with the chunks of `pages` read back from the page
@@ -397,6 +415,6 @@ mod tests {
         }
         pager.current().scratch().write_all_at(&record, at).unwrap();
         pager.load(&mut tree, vec![page]).unwrap();
-        assert_eq!(tree.get(&key), Some(&b"value"[..]));
+        assert_eq!(tree.get(&key), Ok(Some(&b"value"[..])));
     }
 }

@@ -40,7 +40,9 @@ fn apply_store(store: &mut Store, v: u64) -> Result<(), StoreError> {
     let ops = if PAGED.get() {
         common::reference_block(SEED, mix(), v)
     } else {
-        block(SEED, v, mix(), |p| next_key(|lo| store.working().range(lo, Bound::Unbounded), p))
+        block(SEED, v, mix(), |p| {
+            next_key(|lo| store.working().range(lo, Bound::Unbounded), p).expect("resident")
+        })
     };
     for op in ops {
         match op {
@@ -60,7 +62,9 @@ fn reference_roots(n: u64) -> Vec<Digest> {
     let mut t = Tree::with_capacity(8).unwrap();
     let mut roots = vec![t.root_hash()];
     for v in 1..=n {
-        for op in block(SEED, v, mix(), |p| next_key(|lo| t.range(lo, Bound::Unbounded), p)) {
+        for op in block(SEED, v, mix(), |p| {
+            next_key(|lo| t.range(lo, Bound::Unbounded), p).expect("resident")
+        }) {
             match op {
                 Op::Put(k, val) => {
                     t.insert(&k, &val).unwrap();
@@ -315,7 +319,7 @@ fn snapshots_are_read_concurrently_and_old_files_go() {
     let reader = std::thread::spawn(move || {
         let mut n = 0u64;
         for _ in 0..50 {
-            n += snap.iter().count() as u64;
+            n += snap.iter().unwrap().count() as u64;
             for i in 0..snap.chunk_count() {
                 let c = bavl_core::verify_chunk::<bavl_core::Sha256>(
                     &snap.root_hash(),

@@ -28,7 +28,7 @@ fn imported_tree_opens_at_its_version_and_root() {
     assert_eq!(store.root(), t.root_hash());
     assert_eq!(store.capacity(), 16);
     assert_eq!(store.snapshot(42).unwrap().len(), 3000);
-    assert_eq!(store.get(&5u32.to_be_bytes()), Some(&35u32.to_le_bytes()[..]));
+    assert_eq!(store.get(&5u32.to_be_bytes()).unwrap(), Some(&35u32.to_le_bytes()[..]));
     store.insert(b"new", b"v").unwrap();
     let (v, root) = store.commit().unwrap();
     assert_eq!(v, 43);
@@ -98,9 +98,9 @@ fn an_adopted_checkpoint_in_arrival_order_opens_at_its_version_and_root() {
     shuffled_checkpoint(&file, &mut t, 9, false);
     Store::adopt_checkpoint(&dir, &file, 9).unwrap();
     assert!(!file.exists(), "the file is moved into the store, not copied");
-    let store = Store::open(&dir, Options::default()).unwrap();
+    let mut store = Store::open(&dir, Options::default()).unwrap();
     assert_eq!((store.version(), store.root(), store.capacity()), (9, t.root_hash(), 16));
-    assert_eq!(store.get(&5u32.to_be_bytes()), Some(&35u32.to_le_bytes()[..]));
+    assert_eq!(store.get(&5u32.to_be_bytes()).unwrap(), Some(&35u32.to_le_bytes()[..]));
     drop(store);
     let report = bavl_store::check::check(&bavl_store::DirBackend::open(&dir).unwrap()).unwrap();
     assert!(report.ok(), "{:?}", report.problems);

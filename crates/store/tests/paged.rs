@@ -55,7 +55,7 @@ fn a_tiny_cache_behaves_like_the_model_across_reopens() {
                     assert_eq!(store.remove(&key).unwrap(), model.remove(&key));
                     plain.remove(&key).unwrap();
                 }
-                _ => assert_eq!(store.read(&key).unwrap(), model.get(&key).map(Vec::as_slice)),
+                _ => assert_eq!(store.get(&key).unwrap(), model.get(&key).map(Vec::as_slice)),
             }
         }
         let (version, root) = store.commit().unwrap();
@@ -77,7 +77,7 @@ fn a_tiny_cache_behaves_like_the_model_across_reopens() {
             || store.stats().unwrap().last_checkpoint.is_some()
     );
     for (k, v) in &model {
-        assert_eq!(store.read(k).unwrap(), Some(v.as_slice()));
+        assert_eq!(store.get(k).unwrap(), Some(v.as_slice()));
     }
     store.working().check().unwrap();
 }
@@ -103,14 +103,18 @@ fn a_value_read_from_an_evicted_chunk_after_a_reopen_is_the_committed_one() {
     assert_eq!(store.root(), root2);
     let p = store.stats().unwrap().paging.unwrap();
     assert_eq!(p.resident_bytes, 0, "a budget of 0 leaves nothing resident: {p:?}");
-    assert!(store.get(&5u32.to_be_bytes()).is_none(), "evicted: get does not load");
+    // Evicted: the working tree names the chunk it cannot read (never "absent")...
+    let page = store.working().get(&5u32.to_be_bytes()).expect_err("evicted");
+    assert!(!store.working().is_resident(page.index));
+    // ... and the store's own read loads it.
+    assert_eq!(store.get(&5u32.to_be_bytes()).unwrap(), Some(&b"first 5"[..]));
     for i in 0u32..2000 {
         let want = match i {
             7 => "after the checkpoint".to_string(),
             i if i % 3 == 0 => format!("second {i}"),
             i => format!("first {i}"),
         };
-        assert_eq!(store.read(&i.to_be_bytes()).unwrap(), Some(want.as_bytes()), "key {i}");
+        assert_eq!(store.get(&i.to_be_bytes()).unwrap(), Some(want.as_bytes()), "key {i}");
     }
 }
 
@@ -130,7 +134,7 @@ fn retained_versions_read_and_prove_their_evicted_chunks() {
     let key = 250u32.to_be_bytes();
     let page = old.try_get(&key).expect_err("version 1's chunks were evicted");
     let loaded = store.load_pages(&old, &[page]).unwrap();
-    assert_eq!(loaded.get(&key), Some(&b"old"[..]));
+    assert_eq!(loaded.get(&key), Ok(Some(&b"old"[..])));
     let (lo, hi) = (Bound::Included(&key[..]), Bound::Unbounded);
     assert!(old.prove_range(lo, hi).is_err(), "a proof over absent chunks is refused");
     let mut snap = old.clone();
@@ -141,6 +145,30 @@ fn retained_versions_read_and_prove_their_evicted_chunks() {
     let got = verify_range::<Sha256>(&root1, lo, hi, &proof).unwrap();
     assert_eq!(got.entries.len(), 250);
     assert!(old.try_get(&key).is_err(), "the retained version itself is unchanged");
+    // Membership and absence proofs of a retained version: the plain calls name the
+    // absent chunk (never "absent" or "present"); `resident_for` loads what they need.
+    let (present, absent) = (400u32.to_be_bytes(), 5000u32.to_be_bytes());
+    assert!(old.prove_membership(&present).unwrap_err().page().is_some());
+    assert!(old.prove_absence(&absent).unwrap_err().page().is_some());
+    for (k, v) in [(&present[..], Some(&b"old"[..])), (&absent[..], None)] {
+        let view = store.resident_for(&old, |s| s.get(k).err()).unwrap();
+        assert_eq!(view.get(k), Ok(v));
+        let needs = |s: &bavl_core::Snapshot| match v {
+            Some(_) => s.prove_membership(k).err()?.page().cloned(),
+            None => s.prove_absence(k).err()?.page().cloned(),
+        };
+        let view = store.resident_for(&view, needs).unwrap();
+        match v {
+            Some(v) => {
+                let p = view.prove_membership(k).unwrap();
+                let _ = bavl_core::verify_membership::<Sha256>(&root1, k, v, &p).unwrap();
+            }
+            None => {
+                let p = view.prove_absence(k).unwrap();
+                let _ = bavl_core::verify_absence::<Sha256>(&root1, k, &p).unwrap();
+            }
+        }
+    }
 }
 
 /// The file of `dir` whose name starts with `prefix`.
@@ -188,7 +216,7 @@ fn a_damaged_skeleton_is_corrupted_on_open_and_named_by_check() {
     }
     std::fs::write(&skel, &good).unwrap();
     let mut store = Store::open(dir.path(), paged(0)).unwrap();
-    assert_eq!(store.read(&700u32.to_be_bytes()).unwrap(), Some(&b"some value"[..]));
+    assert_eq!(store.get(&700u32.to_be_bytes()).unwrap(), Some(&b"some value"[..]));
 }
 
 #[test]
@@ -222,7 +250,7 @@ fn a_damaged_chunk_file_is_corrupted_never_an_answer() {
         };
         let mut refused = 0;
         for i in 0u32..40 {
-            match store.read(&i.to_be_bytes()) {
+            match store.get(&i.to_be_bytes()) {
                 Ok(v) => assert_eq!(v, Some(format!("value {i}").as_bytes()), "byte {at}"),
                 Err(bavl_store::StoreError::Corrupted { file, .. }) => {
                     assert_eq!(file, chunks_name, "byte {at}");
@@ -301,14 +329,14 @@ fn checkpoints_compact_mostly_dead_chunk_files_and_delete_them() {
     assert!(files < 8, "{files} chunk files");
     assert!(bytes > 0);
     for (k, v) in &model {
-        assert_eq!(store.read(k).unwrap(), Some(v.as_slice()));
+        assert_eq!(store.get(k).unwrap(), Some(v.as_slice()));
     }
     store.close().unwrap();
     let problems = check_problems(dir.path());
     assert!(problems.is_empty(), "{problems:?}");
     let mut store = Store::open(dir.path(), opts).unwrap();
     for (k, v) in &model {
-        assert_eq!(store.read(k).unwrap(), Some(v.as_slice()));
+        assert_eq!(store.get(k).unwrap(), Some(v.as_slice()));
     }
 }
 
@@ -344,7 +372,7 @@ fn a_store_moves_between_paged_and_unpaged_and_a_failed_open_writes_nothing() {
     // Unpaged: the skeleton's bodies are read (verified) into memory.
     let mut store = Store::open(dir.path(), unpaged.clone()).unwrap();
     for (k, v) in &model {
-        assert_eq!(store.get(k), Some(v.as_slice()));
+        assert_eq!(store.get(k).unwrap(), Some(v.as_slice()));
     }
     for _ in 0..4 {
         step(&mut store, &mut model);
@@ -354,7 +382,7 @@ fn a_store_moves_between_paged_and_unpaged_and_a_failed_open_writes_nothing() {
     // Paged again, from a full checkpoint.
     let mut store = Store::open(dir.path(), paged(0)).unwrap();
     for (k, v) in &model {
-        assert_eq!(store.read(k).unwrap(), Some(v.as_slice()));
+        assert_eq!(store.get(k).unwrap(), Some(v.as_slice()));
     }
     for _ in 0..4 {
         step(&mut store, &mut model);
@@ -381,9 +409,10 @@ fn prefetch_makes_a_blocks_chunks_resident() {
     }
     store.commit().unwrap();
     let keys: Vec<[u8; 4]> = (0u32..3000).step_by(97).map(u32::to_be_bytes).collect();
-    assert!(keys.iter().all(|k| store.get(k).is_none()), "everything was evicted");
+    assert!(keys.iter().all(|k| store.working().get(k).is_err()), "everything was evicted");
     let loaded = store.prefetch(&keys).unwrap();
     assert!(loaded > 10 && loaded <= keys.len(), "{loaded}");
-    assert!(keys.iter().all(|k| store.get(k) == Some(&b"v"[..])), "resident after prefetch");
+    let resident = |k: &[u8; 4]| store.working().get(k) == Ok(Some(&b"v"[..]));
+    assert!(keys.iter().all(resident), "resident after prefetch");
     assert_eq!(store.prefetch(&keys).unwrap(), 0, "nothing left to load");
 }

@@ -55,7 +55,7 @@ fn apply(store: &mut Store, v: u64) -> Result<(), StoreError> {
         common::reference_block(SEED, Mix::workload_b(30), v)
     } else {
         block(SEED, v, Mix::workload_b(30), |p| {
-            next_key(|lo| store.working().range(lo, Bound::Unbounded), p)
+            next_key(|lo| store.working().range(lo, Bound::Unbounded), p).expect("resident")
         })
     };
     for op in ops {

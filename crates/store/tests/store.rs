@@ -47,7 +47,9 @@ const SMALL_AUTO: CheckpointPolicy = CheckpointPolicy::Auto { log_ratio: 0.5, mi
 
 /// Applies block `v` of the workload to the store and to the reference tree.
 fn apply(store: &mut Store, reference: &mut Tree, seed: u64, v: u64, mix: Mix) {
-    let ops = block(seed, v, mix, |p| next_key(|lo| reference.range(lo, Bound::Unbounded), p));
+    let ops = block(seed, v, mix, |p| {
+        next_key(|lo| reference.range(lo, Bound::Unbounded), p).expect("resident")
+    });
     for op in ops {
         match op {
             Op::Put(k, val) => {
@@ -79,7 +81,7 @@ fn versions_survive_reopen_and_stay_readable() {
             let (version, root) = store.commit().unwrap();
             assert_eq!(version, v);
             assert_eq!(root, reference.root_hash());
-            let model = reference.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+            let model = reference.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
             models.insert(version, (model, root));
         }
         // Every retained version reads, iterates and proves as its model says.
@@ -90,9 +92,9 @@ fn versions_survive_reopen_and_stay_readable() {
             let snap = store.snapshot(v).unwrap();
             let (model, root) = &models[&v];
             assert_eq!(snap.root_hash(), *root);
-            assert!(snap.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).eq(model.clone()));
+            assert!(snap.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).eq(model.clone()));
             let (k, val) = model.iter().nth(model.len() / 3).unwrap();
-            assert_eq!(snap.get(k), Some(&val[..]));
+            assert_eq!(snap.get(k), Ok(Some(&val[..])));
             let proof = snap.prove_membership(k).unwrap();
             let m = verify_membership::<Sha256>(root, k, val, &proof).unwrap();
             assert_eq!(m.key_count, model.len() as u64);
@@ -109,7 +111,7 @@ fn versions_survive_reopen_and_stay_readable() {
         store = Store::open(dir.path(), opts(8, keep, SMALL_AUTO)).unwrap();
         assert_eq!(store.version(), head);
         assert_eq!(store.root(), models[&head].1);
-        assert_eq!(store.get(b"uncommitted"), None);
+        assert_eq!(store.get(b"uncommitted").unwrap(), None);
         assert_eq!(store.versions().collect::<Vec<_>>(), versions);
     }
     let stats = store.stats().unwrap();
@@ -143,7 +145,10 @@ fn pruned_versions_are_released_alike_inline_and_in_the_background() {
         assert_eq!(store.versions().collect::<Vec<_>>(), vec![12], "{reclaim:?}");
         let (snap, model) = held.unwrap();
         assert_eq!(snap.root_hash(), roots[1]);
-        assert!(snap.iter().eq(model.iter()), "{reclaim:?}: a held snapshot changed");
+        assert!(
+            snap.iter().unwrap().eq(model.iter().unwrap()),
+            "{reclaim:?}: a held snapshot changed"
+        );
         store.close().unwrap();
         outcomes.push(roots);
     }

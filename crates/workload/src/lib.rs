@@ -25,6 +25,15 @@ pub enum Op {
     Delete(Key),
 }
 
+impl Op {
+    /// The key the operation writes.
+    pub fn key(&self) -> &Key {
+        match self {
+            Op::Put(k, _) | Op::Delete(k) => k,
+        }
+    }
+}
+
 /// Operations per block by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mix {
@@ -74,12 +83,29 @@ pub fn block(
     mix: Mix,
     mut next_key: impl FnMut(&Key) -> Option<Key>,
 ) -> Vec<Op> {
+    match try_block(seed, version, mix, |p| Ok::<_, std::convert::Infallible>(next_key(p))) {
+        Ok(ops) => ops,
+        Err(never) => match never {},
+    }
+}
+
+/// [`block`] over a state whose reads can fail (a paged store loading chunks): the first
+/// error ends the generation, so a block is never made from a state read wrongly.
+pub fn try_block<E>(
+    seed: u64,
+    version: u64,
+    mix: Mix,
+    mut next_key: impl FnMut(&Key) -> Result<Option<Key>, E>,
+) -> Result<Vec<Op>, E> {
     let mut rng = rng_for(seed, version.wrapping_add(1));
     let mut ops = Vec::with_capacity(mix.total() as usize);
     let mut existing = |rng: &mut ChaCha8Rng| {
         let mut probe = [0u8; KEY_LEN];
         rng.fill_bytes(&mut probe);
-        next_key(&probe).or_else(|| next_key(&[0u8; KEY_LEN]))
+        match next_key(&probe)? {
+            Some(k) => Ok(Some(k)),
+            None => next_key(&[0u8; KEY_LEN]),
+        }
     };
     for _ in 0..mix.inserts {
         let mut k = [0u8; KEY_LEN];
@@ -91,12 +117,12 @@ pub fn block(
     for _ in 0..mix.updates {
         let mut v = [0u8; VALUE_LEN];
         rng.fill_bytes(&mut v);
-        if let Some(k) = existing(&mut rng) {
+        if let Some(k) = existing(&mut rng)? {
             ops.push(Op::Put(k, v));
         }
     }
     for _ in 0..mix.deletes {
-        if let Some(k) = existing(&mut rng) {
+        if let Some(k) = existing(&mut rng)? {
             ops.push(Op::Delete(k));
         }
     }
@@ -104,20 +130,28 @@ pub fn block(
     for i in (1..ops.len()).rev() {
         ops.swap(i, rng.gen_range(0..=i));
     }
-    ops
+    Ok(ops)
 }
 
 /// The first key at or after `probe` in a `bavl_core`-style tree: pass
-/// `|lo| tree.range(lo, Bound::Unbounded)`.
-pub fn next_key<'a, I>(range: impl FnOnce(Bound<&[u8]>) -> I, probe: &Key) -> Option<Key>
+/// `|lo| tree.range(lo, Bound::Unbounded)` (an error of the range, such as a chunk not
+/// in memory, is returned, never read as "no key").
+pub fn next_key<'a, I, E>(
+    range: impl FnOnce(Bound<&[u8]>) -> Result<I, E>,
+    probe: &Key,
+) -> Result<Option<Key>, E>
 where
     I: Iterator<Item = (&'a [u8], &'a [u8])>,
 {
-    let (k, _) = range(Bound::Included(&probe[..])).next()?;
+    Ok(range(Bound::Included(&probe[..]))?.next().map(|(k, _)| to_key(k)))
+}
+
+/// A stored key as a workload key (the first [`KEY_LEN`] bytes, zero-padded).
+pub fn to_key(k: &[u8]) -> Key {
     let mut key = [0u8; KEY_LEN];
     let n = k.len().min(KEY_LEN);
     key[..n].copy_from_slice(&k[..n]);
-    Some(key)
+    key
 }
 
 /// Nearest-rank percentile (`p` in 0..=100) of unsorted samples; 0 when empty.

@@ -63,6 +63,7 @@ fn main() {
             let v = store.version() + 1;
             let ops = bavl_workload::block(1, v, Mix::workload_b(10_000), |p| {
                 bavl_workload::next_key(|lo| store.working().range(lo, Bound::Unbounded), p)
+                    .expect("resident")
             });
             let (t, c0) = (Instant::now(), thread_cpu());
             for op in &ops {

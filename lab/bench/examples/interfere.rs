@@ -299,6 +299,7 @@ fn main() {
                 let v = store.version() + 1;
                 let ops = bavl_workload::block(1, v, Mix::workload_b(10_000), |q| {
                     bavl_workload::next_key(|lo| store.working().range(lo, Bound::Unbounded), q)
+                        .expect("resident")
                 });
                 apply(&mut store, &ops);
                 store.commit().unwrap();
@@ -341,6 +342,7 @@ fn main() {
                 let v = store.version() + 1;
                 let ops = bavl_workload::block(1, v, Mix::workload_b(10_000), |q| {
                     bavl_workload::next_key(|lo| store.working().range(lo, Bound::Unbounded), q)
+                        .expect("resident")
                 });
                 let t = Instant::now();
                 apply(&mut store, &ops);

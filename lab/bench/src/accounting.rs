@@ -72,16 +72,17 @@ pub fn account(w: &Workload, capacity: u32) -> Result<Accounting> {
 
     let sample = &w.proof_keys[..w.proof_keys.len().min(1000)];
     Tally::reset();
-    let proofs: Vec<Vec<u8>> = sample.iter().filter_map(|k| snap.prove_membership(k)).collect();
+    let proofs: Vec<Vec<u8>> =
+        sample.iter().filter_map(|k| snap.prove_membership(k).ok()).collect();
     let prove = Tally::take().per(proofs.len().max(1) as f64);
     for (k, p) in sample.iter().zip(&proofs) {
-        let v = snap.get(k).unwrap_or_default();
+        let v = snap.get(k)?.unwrap_or_default();
         let _ =
             verify_membership::<Counting>(&root, k, v, p).context("membership proof rejected")?;
     }
     let verify_proof = Tally::take().per(proofs.len().max(1) as f64);
 
-    let exports: Vec<Vec<u8>> = (0..m).filter_map(|i| snap.export_chunk(i)).collect();
+    let exports: Vec<Vec<u8>> = (0..m).filter_map(|i| snap.export_chunk(i).ok()).collect();
     ensure!(exports.len() as u64 == m, "a chunk could not be exported");
     let export = Tally::take().per(m as f64);
     let mut restore = Restore::<Counting>::new(root);

@@ -181,7 +181,7 @@ fn lookup_pass(queries: &[Key], get: impl Fn(&[u8]) -> Option<u8>) -> (Duration,
 
 fn lookups(tree: &Tree, w: &Workload, plan: &Plan, r: &mut CapacityResult) -> Result<()> {
     let q = &w.lookups;
-    let bavl = |k: &[u8]| tree.get(k).map(|v| v[0]);
+    let bavl = |k: &[u8]| tree.get(k).ok().flatten().map(|v| v[0]);
     let map: Option<BTreeMap<Vec<u8>, Vec<u8>>> = plan.compare_btreemap.then(|| {
         w.keys.iter().enumerate().map(|(i, k)| (k.to_vec(), w.initial_value(i).to_vec())).collect()
     });
@@ -213,10 +213,11 @@ fn proofs(snap: &Snapshot, w: &Workload, r: &mut CapacityResult) -> Result<()> {
     let keys = &w.proof_keys;
     let start = Instant::now();
     let proofs: Vec<Vec<u8>> =
-        keys.iter().filter_map(|k| snap.prove_membership(black_box(k))).collect();
+        keys.iter().filter_map(|k| snap.prove_membership(black_box(k)).ok()).collect();
     let prove_s = start.elapsed().as_secs_f64();
     ensure!(proofs.len() == keys.len(), "a present key has no membership proof");
-    let values: Vec<&[u8]> = keys.iter().map(|k| snap.get(k).unwrap_or_default()).collect();
+    let values: Vec<&[u8]> =
+        keys.iter().map(|k| snap.get(k).ok().flatten().unwrap_or_default()).collect();
     let root = snap.root_hash();
     let start = Instant::now();
     for ((k, v), p) in keys.iter().zip(&values).zip(&proofs) {
@@ -245,7 +246,7 @@ fn chunks(snap: &Snapshot, w: &Workload, plan: &Plan, r: &mut CapacityResult) ->
     let mut exports: Vec<Vec<u8>> = Vec::new();
     let export_s = median_of(plan.reps, || {
         let start = Instant::now();
-        let e: Vec<Vec<u8>> = (0..m).filter_map(|i| snap.export_chunk(i)).collect();
+        let e: Vec<Vec<u8>> = (0..m).filter_map(|i| snap.export_chunk(i).ok()).collect();
         let d = start.elapsed();
         exports = e;
         d

@@ -173,12 +173,7 @@ impl Adapter for Bavl {
         let t = std::time::Instant::now();
         // Paged: load the block's chunks on several threads first (a no-op otherwise).
         if self.store.working().is_paged() {
-            let keys: Vec<&Key> = ops
-                .iter()
-                .map(|op| match op {
-                    Op::Put(k, _) | Op::Delete(k) => k,
-                })
-                .collect();
+            let keys: Vec<&Key> = ops.iter().map(Op::key).collect();
             self.store.prefetch(&keys)?;
         }
         for op in ops {
@@ -199,8 +194,8 @@ impl Adapter for Bavl {
         Ok(())
     }
     fn get(&mut self, key: &Key) -> Result<Option<Vec<u8>>> {
-        // `read` loads a paged-out chunk (and is `get` when paging is off).
-        Ok(self.store.read(key)?.map(<[u8]>::to_vec))
+        // `get` loads a paged-out chunk.
+        Ok(self.store.get(key)?.map(<[u8]>::to_vec))
     }
     fn extra(&mut self) -> serde_json::Value {
         match self.store.stats() {

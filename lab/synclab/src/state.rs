@@ -51,9 +51,10 @@ pub fn ensure(dir: &Path, keys: u64, capacity: u32) -> Result<StateInfo> {
         tree.insert(&k, &v).context("insert")?;
     }
     let snap = tree.snapshot();
+    let entries = || snap.iter().expect("a tree built in memory is resident");
     let bavl_bytes: u64 =
         (0..snap.chunk_count()).map(|i| snap.export_chunk(i).map_or(0, |c| c.len() as u64)).sum();
-    let base = baseline::Snapshot::build(snap.iter(), 1 << 20).context("baseline stream")?;
+    let base = baseline::Snapshot::build(entries(), 1 << 20).context("baseline stream")?;
     let info = StateInfo {
         keys: tree.len(),
         capacity,
@@ -62,8 +63,8 @@ pub fn ensure(dir: &Path, keys: u64, capacity: u32) -> Result<StateInfo> {
         chunk_count: snap.chunk_count(),
         bavl_bytes,
         stream_bytes: base.meta.total_bytes,
-        baseline_root: hex::encode(baseline::root_of(snap.iter())),
-        kv_bytes: snap.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
+        baseline_root: hex::encode(baseline::root_of(entries())),
+        kv_bytes: entries().map(|(k, v)| (k.len() + v.len()) as u64).sum(),
     };
     drop(base);
     Store::create_from_tree(&store_dir, &mut tree, 1).context("writing the store")?;
@@ -78,5 +79,5 @@ pub fn baseline_snapshot(db: &Path, chunk_bytes: u64) -> Result<baseline::Snapsh
     let store = Store::open(db, opts).map_err(|e| anyhow::anyhow!("{}: {e}", db.display()))?;
     let snap = store.snapshot(store.version()).map_err(|e| anyhow::anyhow!("{e}"))?;
     drop(store);
-    Ok(baseline::Snapshot::build(snap.iter(), chunk_bytes)?)
+    Ok(baseline::Snapshot::build(snap.iter()?, chunk_bytes)?)
 }

@@ -10,16 +10,19 @@ use bavl_workload::Mix;
 
 use super::*;
 
-/// After a failure of (b), the reference restarts from what the store has, so that the
-/// later iterations check what happens next.
-pub(super) fn resync(e: &mut Epoch, store: &Store, mix: Mix) {
-    e.reference = store.latest().to_tree();
+/// After a failure of (b), the reference restarts from what the store has (every chunk
+/// loaded, if paged), so that the later iterations check what happens next.
+pub(super) fn resync(e: &mut Epoch, store: &Store, mix: Mix) -> Result<(), bavl_store::StoreError> {
+    let latest = store.latest();
+    let absent: Vec<_> = (0..latest.chunk_count()).filter_map(|i| latest.absent_chunk(i)).collect();
+    e.reference = store.load_pages(&latest, &absent)?.to_tree();
     e.version = store.version();
     e.roots.retain(|&v, _| v < e.version);
     e.roots.insert(e.version, store.root());
     // Only blocks follow: the children, resuming a store past version 0, apply no
     // initial versions.
     e.workload = Workload::new(e.seed, 0, mix);
+    Ok(())
 }
 
 pub(super) fn copy_dir(from: &Path, to: &Path) -> Result<()> {

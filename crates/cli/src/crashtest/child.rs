@@ -98,10 +98,11 @@ pub(super) fn spawn_child(
         .args(["--keep", &CHILD_KEEP.to_string()])
         .args(["--checkpoint-mb", &args.checkpoint_mb.to_string()])
         .args(["--checkpoint-ratio", "0"])
-        .args(["--print-roots", "--quiet"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .args(["--print-roots", "--quiet"]);
+    if let Some(m) = args.cache_mib {
+        cmd.args(["--cache-mib", &m.to_string()]);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = cmd.spawn().with_context(|| format!("spawning {}", exe.display()))?;
     Ok(ChildGuard(child))
 }

@@ -107,15 +107,28 @@ pub struct CrashtestArgs {
     #[arg(long, value_name = "PCT", default_value_t = 20,
           value_parser = clap::value_parser!(u8).range(0..=100))]
     open_kills: u8,
+    /// Page chunk bodies out and keep at most M MiB of them in memory, in the children
+    /// and in every reopen of this process (`bavl loadtest --cache-mib`): the soak of the
+    /// paged store. 0 evicts every body at every commit.
+    #[arg(long, value_name = "M")]
+    cache_mib: Option<u64>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+impl CrashtestArgs {
+    /// The page budget of --cache-mib, in bytes.
+    fn cache_bytes(&self) -> Option<u64> {
+        self.cache_mib.map(|m| m.min(1 << 30) << 20)
+    }
 }
 
 pub const HELP: &str = "Examples:
   bavl crashtest                                   100 kills on a temporary store
   bavl crashtest --iterations 200 --json docs/results/crash.json
   bavl crashtest --iterations 20 --dir /tmp/crash --seed 7 --max-delay-ms 100
+  bavl crashtest --iterations 200 --cache-mib 0    the paged store: every body evicted at every commit
 
 Each iteration spawns this binary as `bavl loadtest --print-roots` on the store and kills
 it with SIGKILL at a moment drawn from --seed: usually --min-delay-ms..=--max-delay-ms after
@@ -187,6 +200,7 @@ fn build(args: &CrashtestArgs, dir: &Path, number: u64, mix: Mix) -> Result<Epoc
         capacity: Some(args.capacity),
         keep_recent: CHILD_KEEP,
         checkpoint: policy(args),
+        cache_bytes: args.cache_bytes(),
         ..Options::default()
     };
     let mut store = Store::open(dir, opts).map_err(|e| store_error(dir, e))?;
@@ -333,6 +347,7 @@ pub fn run(args: &CrashtestArgs) -> Result<ExitCode> {
             capacity: Some(args.capacity),
             keep_recent: PARENT_KEEP,
             checkpoint: CheckpointPolicy::Manual,
+            cache_bytes: args.cache_bytes(),
             ..Options::default()
         };
         let store = match Store::open(&dir, opts) {
@@ -370,7 +385,7 @@ pub fn run(args: &CrashtestArgs) -> Result<ExitCode> {
         // (b) The reference, advanced to the reopened version.
         if version < e.version {
             fail(&mut r, format!("the store went back from version {} to {version}", e.version));
-            resync(&mut e, &store, mix);
+            resync(&mut e, &store, mix).map_err(|err| store_error(&dir, err))?;
         }
         while e.version < version {
             e.version += 1;
@@ -387,7 +402,7 @@ pub fn run(args: &CrashtestArgs) -> Result<ExitCode> {
                     hex::encode(expected)
                 ),
             );
-            resync(&mut e, &store, mix);
+            resync(&mut e, &store, mix).map_err(|err| store_error(&dir, err))?;
         }
 
         // (d) Every printed root, and every retained version.

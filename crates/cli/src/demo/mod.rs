@@ -258,7 +258,7 @@ fn build(args: &DemoArgs, rng: &mut ChaCha8Rng) -> Result<(Tree, Duration)> {
 /// of it verifies against another root than `snap`'s. Returns it and how many changed.
 fn later_version(tree: &mut Tree, snap: &Snapshot) -> Result<(Snapshot, u64)> {
     let step = (snap.len() / 16).max(1) as usize;
-    let keys: Vec<Vec<u8>> = snap.iter().step_by(step).map(|(k, _)| k.to_vec()).collect();
+    let keys: Vec<Vec<u8>> = snap.iter()?.step_by(step).map(|(k, _)| k.to_vec()).collect();
     for key in &keys {
         tree.insert(key, b"changed in a later version")?;
     }

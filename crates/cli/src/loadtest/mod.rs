@@ -7,14 +7,14 @@
 //! at its version with the blocks an uninterrupted run would have committed.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::ops::Bound;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
-use bavl_core::{verify_membership, Digest, Sha256, Snapshot};
-use bavl_store::{CheckpointPace, CheckpointPolicy, Options, Store};
-use bavl_workload::{percentile, Mix, KEY_LEN};
+use anyhow::{Context, Result};
+use bavl_core::{verify_membership, Digest, PageRef, Sha256, Snapshot};
+use bavl_store::{Options, OwnedEntry, Store};
+use bavl_workload::{percentile, KEY_LEN};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -25,111 +25,22 @@ use crate::blocks::{Workload, INITIAL_BATCH};
 use crate::store_cmds::{store_error, RecoveryJson, StatsJson};
 use crate::text::{bytes, group, human, ms, rate, stdout_line};
 
+mod args;
 mod report;
 
+use args::{describe_policy, mix, options};
+pub use args::{LoadtestArgs, HELP};
 use report::{render, summarize};
 
 /// Keys proved and verified after each commit with --proofs.
 pub const PROOFS_PER_BLOCK: usize = 100;
-/// The most operations one block may have.
-const MAX_BLOCK_OPS: u64 = 10_000_000;
-
-#[derive(clap::Args, Clone)]
-pub struct LoadtestArgs {
-    /// The store's directory (created if it does not exist).
-    #[arg(long, value_name = "PATH")]
-    pub db: PathBuf,
-    /// Blocks to commit, one version each (0: only the initial load, if any).
-    #[arg(long, value_name = "N")]
-    pub blocks: u64,
-    /// New random keys per block.
-    #[arg(long, value_name = "I")]
-    pub inserts: u32,
-    /// Existing keys given new values per block.
-    #[arg(long, value_name = "U")]
-    pub updates: u32,
-    /// Existing keys deleted per block.
-    #[arg(long, value_name = "D", default_value_t = 0)]
-    pub deletes: u32,
-    /// After each commit, prove and verify 100 random keys of the new version.
-    #[arg(long)]
-    pub proofs: bool,
-    /// On a new store (version 0), first load K random keys, 10,000 per version.
-    #[arg(long, value_name = "K", default_value_t = 0)]
-    pub initial: u64,
-    /// Seed of the initial state and of every block.
-    #[arg(long, value_name = "S", default_value_t = 1)]
-    pub seed: u64,
-    /// Chunk capacity of a new store (4..=65536; default 64). An existing store keeps its
-    /// own: giving another is an error.
-    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(4..=65_536))]
-    pub capacity: Option<u32>,
-    /// How many of the newest versions stay readable.
-    #[arg(long, value_name = "N", default_value_t = 4,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub keep: u64,
-    /// Automatic checkpoints once the log written since the last one exceeds M MiB (and
-    /// --checkpoint-ratio times the last checkpoint). Fractions are allowed. [default: 64]
-    #[arg(long, value_name = "M", conflicts_with = "manual_checkpoints")]
-    pub checkpoint_mb: Option<f64>,
-    /// Automatic checkpoints also wait for the log to exceed R times the size of the last
-    /// checkpoint (0: the --checkpoint-mb threshold alone). [default: 1]
-    #[arg(long, value_name = "R", conflicts_with = "manual_checkpoints")]
-    pub checkpoint_ratio: Option<f64>,
-    /// Never write a checkpoint (the log alone keeps every version).
-    #[arg(long)]
-    pub manual_checkpoints: bool,
-    /// Write checkpoints as fast as the disk takes them, synced once at their end, instead
-    /// of spread over the commits (the default: handed to the disk a MiB at a time in step
-    /// with the log, finishing once it has grown by half of what triggered the checkpoint,
-    /// so the commits' fsyncs never wait behind a burst).
-    #[arg(long, conflicts_with = "manual_checkpoints")]
-    pub unpaced_checkpoints: bool,
-    /// How often a commit also records its version in HEAD, in milliseconds (0: every
-    /// commit). A log later found to end before HEAD's version is reported as damaged, so
-    /// a cut log can lose unnoticed only the commits of the last interval. [default: 1000]
-    #[arg(long, value_name = "MS", conflicts_with = "no_head_updates")]
-    pub head_interval_ms: Option<u64>,
-    /// Record the version in HEAD only at checkpoints and at the end (to measure what the
-    /// updates cost).
-    #[arg(long)]
-    pub no_head_updates: bool,
-    /// Also write the report, with one row per block, as JSON to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Print `committed <version> <root hex>` on stdout as soon as each commit returns
-    /// (and, first, `opened <version> <root hex>` once the store is open).
-    #[arg(long)]
-    pub print_roots: bool,
-    /// No progress bar and no summary (errors, --print-roots and --json still appear).
-    #[arg(long)]
-    pub quiet: bool,
-}
-
-pub const HELP: &str = "Examples:
-  bavl loadtest --db /tmp/lt --initial 1000000 --blocks 50 --inserts 4000 --updates 5000 --deletes 1000
-  bavl loadtest --db /tmp/lt --blocks 20 --inserts 4000 --updates 5000 --deletes 1000 --proofs
-  bavl loadtest --db /tmp/lt --blocks 100 --inserts 100 --updates 0 --manual-checkpoints --json lt.json
-
-Each block is Workload B: --inserts new random 20-byte keys with 100-byte values, --updates
-and --deletes of existing keys picked uniformly, shuffled together. Block v depends only on
---seed, v and the state, so running 10 blocks then 10 more commits the same roots as 20 at
-once, and `bavl crashtest` can follow a store it kills with an in-memory reference.
-
-Reported per block: apply (operations into the tree), hash (rehashing what changed), persist
-(appending the log record and fdatasync), commit latency (the whole commit() call), bytes
-appended to the log. At the end: throughput, latency percentiles, checkpoints written, and
-the store's size statistics.
-
-Exit status: 0 success, 1 a proof of --proofs failed to verify, 2 bad arguments or an I/O
-error (including a store in use by another process), 3 the store is damaged (run `bavl check`).";
-
 /// One block's measurements.
 #[derive(Serialize, Clone)]
 pub struct BlockRow {
     pub version: u64,
     pub ops: u64,
     pub generate_ms: f64,
+    pub prefetch_ms: f64,
     pub apply_ms: f64,
     pub commit_ms: f64,
     pub hash_ms: f64,
@@ -184,14 +95,16 @@ struct Summary {
     first_version: u64,
     last_version: u64,
     ops: u64,
-    /// Operations per second of apply + commit.
+    /// Operations per second of prefetch + apply + commit.
     ops_per_s: f64,
-    /// Time in apply + commit.
+    /// Time in prefetch + apply + commit.
     busy_ms: f64,
     /// Wall time of the block phase (also generating operations, --proofs, printing).
     wall_ms: f64,
     commit: Latency,
     mean_generate_ms: f64,
+    /// Loading each block's chunks before it is applied (--cache-mib).
+    mean_prefetch_ms: f64,
     mean_apply_ms: f64,
     mean_hash_ms: f64,
     mean_persist_ms: f64,
@@ -204,6 +117,9 @@ struct Summary {
     checkpoint_bytes_written: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     proofs: Option<ProofSample>,
+    /// The pager's counters at the end (--cache-mib).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paging: Option<report::PagingJson>,
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -212,64 +128,6 @@ fn mean(v: &[f64]) -> f64 {
     } else {
         v.iter().sum::<f64>() / v.len() as f64
     }
-}
-
-/// The store options the arguments ask for.
-pub fn options(args: &LoadtestArgs) -> Result<Options> {
-    let checkpoint = if args.manual_checkpoints {
-        CheckpointPolicy::Manual
-    } else {
-        let mb = args.checkpoint_mb.unwrap_or(64.0);
-        let ratio = args.checkpoint_ratio.unwrap_or(1.0);
-        ensure!(mb.is_finite() && mb >= 0.0, "--checkpoint-mb must be a number >= 0, not {mb}");
-        ensure!(
-            ratio.is_finite() && ratio >= 0.0,
-            "--checkpoint-ratio must be a number >= 0, not {ratio}"
-        );
-        CheckpointPolicy::Auto { log_ratio: ratio, min_log_bytes: (mb * 1048576.0) as u64 }
-    };
-    let checkpoint_pace =
-        if args.unpaced_checkpoints { CheckpointPace::Unpaced } else { CheckpointPace::default() };
-    let head_interval = match (args.no_head_updates, args.head_interval_ms) {
-        (true, _) => None,
-        (false, Some(ms)) => Some(std::time::Duration::from_millis(ms)),
-        (false, None) => Options::default().head_interval,
-    };
-    Ok(Options {
-        capacity: args.capacity,
-        keep_recent: args.keep,
-        checkpoint,
-        checkpoint_pace,
-        head_interval,
-        ..Options::default()
-    })
-}
-
-fn describe_policy(o: &Options) -> String {
-    match o.checkpoint {
-        CheckpointPolicy::Manual => "manual (never during the run)".into(),
-        CheckpointPolicy::Auto { log_ratio, min_log_bytes } => format!(
-            "automatic, once the log since the last one exceeds {} and {log_ratio} x its size; {}",
-            bytes(min_log_bytes),
-            match o.checkpoint_pace {
-                CheckpointPace::Unpaced => "unpaced".to_string(),
-                CheckpointPace::Spread { fraction } =>
-                    format!("paced to finish within {fraction} of that much more log"),
-            }
-        ),
-    }
-}
-
-/// Validates the mix.
-pub fn mix(args: &LoadtestArgs) -> Result<Mix> {
-    let m = Mix { inserts: args.inserts, updates: args.updates, deletes: args.deletes };
-    let total = m.inserts as u64 + m.updates as u64 + m.deletes as u64;
-    ensure!(total > 0, "--inserts, --updates and --deletes are all 0: a block needs operations");
-    ensure!(
-        total <= MAX_BLOCK_OPS,
-        "a block of {total} operations is too large (at most {MAX_BLOCK_OPS})"
-    );
-    Ok(m)
 }
 
 fn bar(len: u64, hidden: bool, prefix: &'static str, unit: &str) -> ProgressBar {
@@ -289,8 +147,14 @@ fn print_root(what: &str, version: u64, root: &Digest) -> Result<()> {
 }
 
 /// Proves and verifies `PROOFS_PER_BLOCK` random keys of `snap` (picked from `seed` and
-/// `version`) against its root.
-pub fn sample_proofs(snap: &Snapshot, seed: u64, version: u64) -> ProofSample {
+/// `version`) against its root; on a paged store the chunks a proof needs are loaded
+/// (and counted in its time), each verified as on any load.
+pub fn sample_proofs(
+    store: &Store,
+    snap: &Snapshot,
+    seed: u64,
+    version: u64,
+) -> Result<ProofSample> {
     let root = snap.root_hash();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(version ^ 0x5052_4f4f_4653); // "PROOFS": not a stream the blocks use
@@ -299,20 +163,28 @@ pub fn sample_proofs(snap: &Snapshot, seed: u64, version: u64) -> ProofSample {
     for _ in 0..PROOFS_PER_BLOCK {
         let mut probe = [0u8; KEY_LEN];
         rng.fill_bytes(&mut probe);
-        let lo = std::ops::Bound::Included(&probe[..]);
-        let found =
-            snap.range(lo, std::ops::Bound::Unbounded).next().or_else(|| snap.iter().next());
-        let Some((key, value)) = found else { break };
+        // The first key at or after the probe, else the first key.
+        let seek = |s: &Snapshot| -> Result<Option<OwnedEntry>, PageRef> {
+            let found = match s.try_first_from(Bound::Included(&probe[..]))? {
+                Some(e) => Some(e),
+                None => s.try_first_from(Bound::Unbounded)?,
+            };
+            Ok(found.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        };
+        let view = store.resident_for(snap, |s| seek(s).err())?;
+        let Some((key, value)) = seek(&view)? else { break };
         let t = Instant::now();
-        let proof = snap.prove_membership(key);
+        let view =
+            store.resident_for(&view, |s| s.prove_membership(&key).err()?.page().cloned())?;
+        let proof = view.prove_membership(&key);
         prove += t.elapsed();
-        let Some(proof) = proof else {
+        let Ok(proof) = proof else {
             s.failures += 1;
             continue;
         };
         total_bytes += proof.len() as u64;
         let t = Instant::now();
-        let ok = verify_membership::<Sha256>(&root, key, value, &proof).is_ok();
+        let ok = verify_membership::<Sha256>(&root, &key, &value, &proof).is_ok();
         verify += t.elapsed();
         s.proved += 1;
         if !ok {
@@ -322,7 +194,7 @@ pub fn sample_proofs(snap: &Snapshot, seed: u64, version: u64) -> ProofSample {
     s.prove_ms = ms(prove);
     s.verify_ms = ms(verify);
     s.mean_bytes = if s.proved == 0 { 0.0 } else { total_bytes as f64 / s.proved as f64 };
-    s
+    Ok(s)
 }
 
 pub fn run(args: &LoadtestArgs) -> Result<ExitCode> {
@@ -342,7 +214,7 @@ pub fn run(args: &LoadtestArgs) -> Result<ExitCode> {
     if opened_at > 0 && args.initial > 0 && !args.quiet {
         eprintln!("note: the store is at version {opened_at}: --initial is ignored");
     }
-    let mut workload = Workload::new(args.seed, initial_keys, mix);
+    let mut workload = Workload::new(args.seed, initial_keys, mix).with_prefetch(!args.no_prefetch);
 
     // The initial state, 10,000 keys per version.
     let mut initial = None;
@@ -388,14 +260,18 @@ pub fn run(args: &LoadtestArgs) -> Result<ExitCode> {
         if args.print_roots {
             print_root("committed", version, &root)?;
         }
-        busy += a.apply + commit;
+        busy += a.prefetch + a.apply + commit;
         let timing = store.last_commit_timing();
-        let proofs = args.proofs.then(|| sample_proofs(&store.latest(), args.seed, version));
+        let proofs = match args.proofs {
+            true => Some(sample_proofs(&store, &store.latest(), args.seed, version)?),
+            false => None,
+        };
         proof_failures += proofs.map_or(0, |p| p.failures);
         rows.push(BlockRow {
             version,
             ops: a.ops,
             generate_ms: ms(a.generate),
+            prefetch_ms: ms(a.prefetch),
             apply_ms: ms(a.apply),
             commit_ms: ms(commit),
             hash_ms: ms(timing.hash),

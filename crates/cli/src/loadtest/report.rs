@@ -36,6 +36,7 @@ pub(super) fn summarize(
         wall_ms: ms(wall),
         commit: Latency::of(&col(|r| r.commit_ms)),
         mean_generate_ms: mean(&col(|r| r.generate_ms)),
+        mean_prefetch_ms: mean(&col(|r| r.prefetch_ms)),
         mean_apply_ms: mean(&col(|r| r.apply_ms)),
         mean_hash_ms: mean(&col(|r| r.hash_ms)),
         mean_persist_ms: mean(&col(|r| r.persist_ms)),
@@ -45,7 +46,33 @@ pub(super) fn summarize(
         checkpoints_written: stats.checkpoints_written,
         checkpoint_bytes_written: stats.checkpoint_bytes_written,
         proofs,
+        paging: stats.paging.as_ref().map(|p| PagingJson {
+            loads: p.loads,
+            loads_per_op: if ops == 0 { 0.0 } else { p.loads as f64 / ops as f64 },
+            evictions: p.evictions,
+            spilled_bytes: p.spilled_bytes,
+            resident_bytes: p.resident_bytes,
+            skeleton_bytes: p.skeleton_bytes,
+            compactions: p.compactions,
+            page_file_bytes: p.file_bytes,
+        }),
     }
+}
+
+/// The pager's counters (`bavl_store::PagingStats`) as the report gives them.
+#[derive(Serialize)]
+pub(super) struct PagingJson {
+    /// Chunk bodies read back from disk (each verified), over the whole open.
+    pub loads: u64,
+    /// Loads per operation of the blocks.
+    pub loads_per_op: f64,
+    pub evictions: u64,
+    pub spilled_bytes: u64,
+    /// Heap bytes of resident bodies after the last eviction.
+    pub resident_bytes: u64,
+    pub skeleton_bytes: u64,
+    pub compactions: u64,
+    pub page_file_bytes: u64,
 }
 
 pub(super) fn render(
@@ -95,7 +122,7 @@ pub(super) fn render(
             group(s.ops)
         ));
         o.push(format!(
-            "throughput    {} ops/s (apply + commit: {:.2} s; wall {:.2} s)",
+            "throughput    {} ops/s (prefetch + apply + commit: {:.2} s; wall {:.2} s)",
             group(s.ops_per_s.round() as u64),
             s.busy_ms / 1e3,
             s.wall_ms / 1e3
@@ -105,8 +132,8 @@ pub(super) fn render(
             s.commit.p50_ms, s.commit.p99_ms, s.commit.max_ms
         ));
         o.push(format!(
-            "per block     generate {:.2} ms, apply {:.2} ms, hash {:.2} ms, persist {:.2} ms (log append + fdatasync), rest of commit {:.2} ms (means)",
-            s.mean_generate_ms, s.mean_apply_ms, s.mean_hash_ms, s.mean_persist_ms, s.mean_commit_rest_ms
+            "per block     generate {:.2} ms, prefetch {:.2} ms, apply {:.2} ms, hash {:.2} ms, persist {:.2} ms (log append + fdatasync), rest of commit {:.2} ms (means)",
+            s.mean_generate_ms, s.mean_prefetch_ms, s.mean_apply_ms, s.mean_hash_ms, s.mean_persist_ms, s.mean_commit_rest_ms
         ));
         o.push(format!(
             "log           {} appended, {:.1} bytes per operation",
@@ -124,6 +151,18 @@ pub(super) fn render(
                 p.failures
             ));
         }
+    }
+    if let Some(p) = &s.paging {
+        o.push(format!(
+            "paging        {} chunks loaded ({:.3} per op), {} evicted, {} resident, skeleton {}, page file {} ({} compactions)",
+            group(p.loads),
+            p.loads_per_op,
+            group(p.evictions),
+            bytes(p.resident_bytes),
+            bytes(p.skeleton_bytes),
+            bytes(p.page_file_bytes),
+            p.compactions
+        ));
     }
     o.push(format!(
         "checkpoints   {} written during the run ({})",

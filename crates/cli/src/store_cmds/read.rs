@@ -80,7 +80,9 @@ pub fn get(args: &GetArgs) -> Result<ExitCode> {
     let store = open_existing(db, args.at.keep)?;
     let snap = version_snapshot(db, &store, args.at.version)?;
     let version = args.at.version.unwrap_or(store.version());
-    let value = snap.get(&args.at.key);
+    let key = &args.at.key[..];
+    let snap = store.resident_for(&snap, |s| s.get(key).err()).map_err(|e| store_error(db, e))?;
+    let value = snap.get(key)?;
     if args.json {
         let out = json!({
             "version": version,
@@ -129,14 +131,20 @@ pub fn prove(args: &ProveArgs) -> Result<ExitCode> {
     let version = args.at.version.unwrap_or(store.version());
     let root = snap.root_hash();
     let key = &args.at.key[..];
-    let value = snap.get(key);
+    let needs = |s: &Snapshot| match s.get(key) {
+        Ok(Some(_)) => s.prove_membership(key).err()?.page().cloned(),
+        Ok(None) => s.prove_absence(key).err()?.page().cloned(),
+        Err(page) => Some(page),
+    };
+    let snap = store.resident_for(&snap, needs).map_err(|e| store_error(db, e))?;
+    let value = snap.get(key)?;
     let (kind, proof) = match value {
         Some(_) => ("membership", snap.prove_membership(key)),
         None => ("absence", snap.prove_absence(key)),
     };
-    let Some(proof) = proof else {
-        bail!("the snapshot gave no {kind} proof for key {} (a bug)", hex::encode(key));
-    };
+    let proof = proof.with_context(|| {
+        format!("the snapshot gave no proof for key {} (a bug)", hex::encode(key))
+    })?;
     if let Some(path) = &args.out {
         std::fs::write(path, &proof).with_context(|| format!("writing {}", path.display()))?;
     }

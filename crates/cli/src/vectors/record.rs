@@ -38,7 +38,7 @@ fn op(op: &Op) -> OpJson {
 pub(super) fn record(spec: &Spec) -> Result<TreeVectors> {
     let (snap, previous) = spec.build()?;
     let entries: Vec<(Vec<u8>, Vec<u8>)> =
-        snap.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        snap.iter()?.map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
     let chunks = chunks(&snap, &entries).with_context(|| format!("chunks of {}", spec.name))?;
     let mut probes = vec![0, entries.len() / 2, entries.len().saturating_sub(1)];
     probes.extend(chunks.get(1).map(|c| c.keys_before as usize));
@@ -148,7 +148,7 @@ fn range_cases(entries: &Entries) -> Vec<(OwnedBound, OwnedBound)> {
 fn range(snap: &Snapshot, lo: &OwnedBound, hi: &OwnedBound) -> Result<Range> {
     let proof = snap.prove_range(lo.as_bound(), hi.as_bound())?;
     let expected: Vec<(Vec<u8>, Vec<u8>)> =
-        snap.range(lo.as_bound(), hi.as_bound()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        snap.range(lo.as_bound(), hi.as_bound())?.map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
     let r = verify_range::<Sha256>(&snap.root_hash(), lo.as_bound(), hi.as_bound(), &proof)?;
     ensure!(r.entries == expected && r.key_count == snap.len(), "range proof misverified");
     Ok(Range {
@@ -348,7 +348,7 @@ fn chunk_negatives(
             membership.to_vec(),
         )?,
     ];
-    if let Some(old) = previous.and_then(|p| p.export_chunk(0)) {
+    if let Some(old) = previous.and_then(|p| p.export_chunk(0).ok()) {
         let description =
             "chunk 0 of the version before the last operation (another version)".into();
         out.push(reject(&root, description, at(0), old)?);

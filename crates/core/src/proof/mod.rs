@@ -24,7 +24,7 @@ use std::ops::Bound;
 
 use crate::chunk::{split_point, Chunk};
 use crate::codec::{put_bytes, put_varint};
-use crate::error::InputError;
+use crate::error::{ChunkError, InputError, ProveError};
 use crate::hash::{value_hash, Hasher, FORMAT_VERSION};
 use crate::node::{Leaf, Node};
 use crate::page::PageRef;
@@ -172,22 +172,27 @@ pub(crate) fn inverted(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 }
 
 impl<H: Hasher> Snapshot<H> {
-    /// A proof that `key` is present with its current value; `None` if absent, or if a
-    /// chunk the proof needs is not resident (see [`Snapshot::absent_for_range`]).
-    pub fn prove_membership(&self, key: &[u8]) -> Option<Vec<u8>> {
+    /// A proof that `key` is present with its current value. On a version with absent
+    /// chunks, a key whose chunk is absent is [`ProveError::NotResident`], never
+    /// "absent" (the other chunks a proof names are pruned subtrees: count and hash).
+    pub fn prove_membership(&self, key: &[u8]) -> Result<Vec<u8>, ProveError> {
         let view = self.view();
-        let (Leaf::Body(c), _, before) = view.root?.find(key) else { return None };
-        let i = before + c.search(key).ok()? as u64;
-        Some(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| LeafKind::Subject))
+        let root = view.root.ok_or(ProveError::KeyAbsent)?;
+        let (c, before) = match root.find(key) {
+            (Leaf::Body(c), _, before) => (c, before),
+            (Leaf::Absent(p), index, _) => return Err(PageRef::new(p, index).into()),
+        };
+        let i = before + c.search(key).map_err(|_| ProveError::KeyAbsent)? as u64;
+        Ok(emit::<H>(view, kind::MEMBERSHIP, i, i + 1, |_| LeafKind::Subject))
     }
 
-    /// A proof that `key` is absent; `None` if present, or if a chunk the proof needs is
-    /// not resident.
-    pub fn prove_absence(&self, key: &[u8]) -> Option<Vec<u8>> {
-        if self.try_get(key).ok()?.is_some() {
-            return None;
+    /// A proof that `key` is absent; [`ProveError::KeyPresent`] if it is present, and
+    /// [`ProveError::NotResident`] if a chunk the proof needs is absent.
+    pub fn prove_absence(&self, key: &[u8]) -> Result<Vec<u8>, ProveError> {
+        if self.get(key)?.is_some() {
+            return Err(ProveError::KeyPresent);
         }
-        self.prove_range(Bound::Included(key), Bound::Included(key)).ok()
+        Ok(self.range_proof(Bound::Included(key), Bound::Included(key))?)
     }
 
     /// A proof of every entry with a key within the bounds, nothing omitted.
@@ -195,12 +200,16 @@ impl<H: Hasher> Snapshot<H> {
         if inverted(lo, hi) {
             return Err(InputError::InvertedRange);
         }
-        let view = self.view();
-        let (plo, phi, s, e) = self.range_span(lo, hi).map_err(|p| p.not_resident())?;
-        if let Some(p) = view.absent_between(plo, phi) {
-            return Err(p.not_resident());
+        Ok(self.range_proof(lo, hi)?)
+    }
+
+    /// The range proof of `lo..hi` (not inverted), or the first absent chunk it needs.
+    fn range_proof(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<Vec<u8>, PageRef> {
+        let (plo, phi, s, e) = self.range_span(lo, hi)?;
+        if let Some(p) = self.view().absent_between(plo, phi) {
+            return Err(p);
         }
-        Ok(emit::<H>(view, kind::RANGE, plo, phi, |i| {
+        Ok(emit::<H>(self.view(), kind::RANGE, plo, phi, |i| {
             if i >= s && i < e {
                 LeafKind::Value
             } else {
@@ -231,24 +240,28 @@ impl<H: Hasher> Snapshot<H> {
     }
 
     /// Chunk `i` with all its entries and the proof binding it to index `i`, the chunk
-    /// count and the root; `None` if there is no chunk `i` or it is not resident.
-    pub fn export_chunk(&self, i: u64) -> Option<Vec<u8>> {
+    /// count and the root. An absent chunk (a paged version) is
+    /// [`ChunkError::NotResident`].
+    pub fn export_chunk(&self, i: u64) -> Result<Vec<u8>, ChunkError> {
         let mut out = Vec::new();
-        self.export_chunk_into(i, &mut out).then_some(out)
+        self.export_chunk_into(i, &mut out)?;
+        Ok(out)
     }
 
     /// [`Snapshot::export_chunk`] appended to `out`, for writers that frame many chunks in
-    /// one buffer (a checkpoint file, a response): no allocation or copy per chunk. False,
-    /// with `out` unchanged, if there is no chunk `i`.
-    pub fn export_chunk_into(&self, i: u64, out: &mut Vec<u8>) -> bool {
+    /// one buffer (a checkpoint file, a response): no allocation or copy per chunk. On an
+    /// error `out` is unchanged.
+    pub fn export_chunk_into(&self, i: u64, out: &mut Vec<u8>) -> Result<(), ChunkError> {
         let view = self.view();
-        let Some(root) = view.root else { return false };
-        if i >= root.chunk_count() {
-            return false;
-        }
-        let (Leaf::Body(c), before) = root.chunk_at(i) else { return false };
+        let count = view.chunk_count();
+        let root = view.root.filter(|_| i < count);
+        let Some(root) = root else { return Err(ChunkError::OutOfRange { index: i, count }) };
+        let (c, before) = match root.chunk_at(i) {
+            (Leaf::Body(c), before) => (c, before),
+            (Leaf::Absent(p), _) => return Err(PageRef::new(p, i).into()),
+        };
         let (lo, hi) = (before, before + c.len() as u64);
         emit_into::<H>(view, kind::CHUNK, lo, hi, |_| LeafKind::Value, out);
-        true
+        Ok(())
     }
 }

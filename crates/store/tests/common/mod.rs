@@ -34,7 +34,9 @@ impl Drop for TempDir {
 pub fn reference_block(seed: u64, mix: Mix, v: u64) -> Vec<Op> {
     let mut t = bavl_core::Tree::with_capacity(8).unwrap();
     for u in 1..=v {
-        let ops = block(seed, u, mix, |p| next_key(|lo| t.range(lo, Bound::Unbounded), p));
+        let ops = block(seed, u, mix, |p| {
+            next_key(|lo| t.range(lo, Bound::Unbounded), p).expect("resident")
+        });
         if u == v {
             return ops;
         }

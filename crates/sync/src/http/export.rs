@@ -54,7 +54,7 @@ pub fn export(
     let chunk_dir = file(out, &protocol::chunk_path(&root, 0));
     fs::create_dir_all(chunk_dir.parent().unwrap_or(out))?;
     for i in 0..snap.chunk_count() {
-        let chunk = snap.export_chunk(i).ok_or_else(|| io::Error::other("chunk index"))?;
+        let chunk = snap.export_chunk(i).map_err(io::Error::other)?;
         write_file(&file(out, &protocol::chunk_path(&root, i)), &chunk)?;
         report.manifest.chunk_sizes.push(chunk.len() as u64);
         report.files += 1;

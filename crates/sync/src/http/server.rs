@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use bavl_core::{Digest, Snapshot};
+use bavl_core::{ChunkError, Digest, Snapshot};
 
 use super::byzantine::{Answer, Byzantine, Liar};
 use super::wire::{self, MAX_HEAD};
@@ -123,7 +123,13 @@ impl Objects for Catalog {
     }
 
     fn chunk(&self, root: &Digest, index: u64) -> io::Result<Option<Vec<u8>>> {
-        Ok(self.by_root(root).and_then(|s| s.export_chunk(index)))
+        let Some(snap) = self.by_root(root) else { return Ok(None) };
+        match snap.export_chunk(index) {
+            Ok(chunk) => Ok(Some(chunk)),
+            Err(ChunkError::OutOfRange { .. }) => Ok(None),
+            // A chunk this version cannot read is the server's failure, never a 404.
+            Err(e @ ChunkError::NotResident(_)) => Err(io::Error::other(e)),
+        }
     }
 }
 

@@ -80,7 +80,7 @@ pub fn stream(seed: u64, keys: usize, head: u64, n: usize) -> Result<Vec<Vec<Op>
     let mut out = Vec::with_capacity(n);
     for i in 0..n as u64 {
         let ops = bavl_workload::block(seed, head + 1 + i, Mix::workload_b(OPS), |p| {
-            bavl_workload::next_key(|lo| mirror.range(lo, Bound::Unbounded), p)
+            bavl_workload::next_key(|lo| mirror.range(lo, Bound::Unbounded), p).expect("resident")
         });
         for op in &ops {
             match op {

@@ -21,7 +21,7 @@ pub const RAW_BYTES_PER_KEY: u64 = (bavl_workload::KEY_LEN + bavl_workload::VALU
 pub fn next_block(store: &Store, seed: u64) -> Vec<Op> {
     let tree = store.working();
     bavl_workload::block(seed, store.version() + 1, Mix::workload_b(OPS), |p| {
-        bavl_workload::next_key(|lo| tree.range(lo, Bound::Unbounded), p)
+        bavl_workload::next_key(|lo| tree.range(lo, Bound::Unbounded), p).expect("resident")
     })
 }
 
