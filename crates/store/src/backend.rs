@@ -51,6 +51,18 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Makes creations, renames and removals durable (`fsync` of the directory).
     fn sync_dir(&self) -> io::Result<()>;
+    /// Reads exactly `buf.len()` bytes of file `name` at `offset` (a paged store reads
+    /// chunk bodies from its chunk files this way). It must see every byte written to
+    /// the file so far, also through a [`WriteFile`] still open. The default reads the
+    /// file from its start (correct, slow: a backend for real use overrides it).
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let mut r = self.open_read(name)?;
+        let skipped = io::copy(&mut (&mut r).take(offset), &mut io::sink())?;
+        if skipped != offset {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        r.read_exact(buf)
+    }
     /// Where the files are, for messages.
     fn describe(&self) -> String;
 }
@@ -70,6 +82,8 @@ pub struct DirBackend {
     guard: Arc<DirGuard>,
     /// Held for the lifetime of the backend: the directory, `flock`ed.
     lock: File,
+    /// Files opened for [`Backend::read_at`], dropped when renamed or removed.
+    readers: std::sync::Mutex<std::collections::HashMap<String, Arc<File>>>,
 }
 
 /// The directory a backend locked, re-checked before every write.
@@ -152,7 +166,7 @@ impl DirBackend {
             Err(TryLockError::Error(e)) => return Err(e),
         }
         let guard = DirGuard { dir: dir.to_path_buf(), id: dev_ino(&meta), read_only };
-        Ok(DirBackend { guard: Arc::new(guard), lock })
+        Ok(DirBackend { guard: Arc::new(guard), lock, readers: Default::default() })
     }
 
     /// Whether this backend refuses every write.
@@ -162,6 +176,10 @@ impl DirBackend {
 
     fn path(&self, name: &str) -> PathBuf {
         self.guard.dir.join(name)
+    }
+
+    fn forget_reader(&self, name: &str) {
+        self.readers.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
 
     /// The path of a file to be changed, once the directory is checked.
@@ -242,10 +260,28 @@ impl Backend for DirBackend {
         Ok(Box::new(file))
     }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.forget_reader(from);
+        self.forget_reader(to);
         fs::rename(self.writable(from)?, self.path(to))
     }
     fn remove(&self, name: &str) -> io::Result<()> {
+        self.forget_reader(name);
         fs::remove_file(self.writable(name)?)
+    }
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let file = {
+            let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+            match readers.get(name) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = Arc::new(File::open(self.path(name))?);
+                    readers.insert(name.to_string(), f.clone());
+                    f
+                }
+            }
+        };
+        file.read_exact_at(buf, offset)
     }
     fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
         OpenOptions::new().write(true).open(self.writable(name)?)?.set_len(len)
@@ -361,6 +397,9 @@ impl Backend for FaultyBackend {
     fn sync_dir(&self) -> io::Result<()> {
         Self::spend(&self.budget)?;
         self.inner.sync_dir()
+    }
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner.read_at(name, offset, buf)
     }
     fn describe(&self) -> String {
         format!("{} (fault injection)", self.inner.describe())

@@ -5,6 +5,7 @@
 use std::sync::atomic::AtomicBool;
 
 use crate::backend::Backend;
+use crate::durable::ChunkKeep;
 use crate::error::{IoContext, StoreError};
 use crate::meta::{checkpoint_name, classify, wal_name, FileKind, TMP_SUFFIX};
 use crate::pace::Pacer;
@@ -14,22 +15,26 @@ use crate::pace::Pacer;
 /// next `fdatasync` of the log for about 100 ms (`docs/design.md` §8.7).
 pub(crate) const SHRINK_STEP: u64 = 8 << 20;
 
-/// Deletes checkpoints older than `version` and log segments holding only versions up
-/// to `version`, once the checkpoint of `version` is durable. They are first renamed to
+/// Deletes checkpoints and skeletons older than `version`, log segments holding only
+/// versions up to `version`, and the chunk files `keep` calls obsolete, once the
+/// checkpoint of `version` is durable. They are first renamed to
 /// `*.tmp` (which opening deletes, so a crash midway leaves nothing that could pass for
 /// state); with a `pacer`, each is then shrunk by [`SHRINK_STEP`] per commit before it is
 /// unlinked.
 pub(crate) fn delete_obsolete(
     backend: &dyn Backend,
     version: u64,
+    keep: &ChunkKeep,
     pacer: Option<(&Pacer, &AtomicBool)>,
 ) -> Result<(), StoreError> {
     let names = backend.list().ctx(|| "listing the store".into())?;
     let mut segments: Vec<u64> = Vec::new();
     let mut doomed = Vec::new();
+    let mut chunk_files = Vec::new();
     for name in names {
         match classify(&name) {
-            FileKind::Checkpoint(v) if v < version => doomed.push(name),
+            FileKind::Checkpoint(v) | FileKind::Skeleton(v) if v < version => doomed.push(name),
+            FileKind::Chunks(id) if keep.obsolete(id) => chunk_files.push(name),
             FileKind::Wal(first) => segments.push(first),
             _ => {}
         }
@@ -41,6 +46,11 @@ pub(crate) fn delete_obsolete(
             doomed.push(wal_name(pair[0]));
         }
     }
+    // Chunk files last: a skeleton is hidden before any file it names (a crash between
+    // leaves unnamed chunk files, which opening deletes, never a skeleton naming a
+    // missing one).
+    chunk_files.sort_unstable();
+    doomed.extend(chunk_files);
     if doomed.is_empty() {
         return Ok(());
     }
@@ -48,7 +58,11 @@ pub(crate) fn delete_obsolete(
     let mut hidden = Vec::with_capacity(doomed.len());
     for name in &doomed {
         let tmp = format!("{name}{TMP_SUFFIX}");
-        backend.rename(name, &tmp).ctx(|| format!("renaming {name} to {tmp}"))?;
+        match backend.rename(name, &tmp) {
+            // A chunk file the writer deleted itself since the listing (`Pager::retire`).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            r => r.ctx(|| format!("renaming {name} to {tmp}"))?,
+        }
         hidden.push(tmp);
     }
     backend.sync_dir().ctx(|| "syncing the directory after retiring old files".into())?;
@@ -133,7 +147,7 @@ mod tests {
         let activity = Activity::new();
         let pacer = Pacer::new(activity, CheckpointPace::default(), 1000);
         let stop = AtomicBool::new(false);
-        delete_obsolete(&b, 9, Some((&pacer, &stop))).unwrap();
+        delete_obsolete(&b, 9, &ChunkKeep::none(), Some((&pacer, &stop))).unwrap();
         let mut left = b.list().unwrap();
         left.sort();
         assert_eq!(left, [new, wal_name(10)]);

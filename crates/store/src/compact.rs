@@ -13,7 +13,7 @@
 
 use bavl_core::Tree;
 
-use crate::paging::{split_loc, PageFile, Pager};
+use crate::paging::{durable_id, make_loc, split_loc, PageFile, Pager};
 use crate::StoreError;
 
 /// The file may grow to this many times the bytes of the records the tree can name.
@@ -29,6 +29,9 @@ impl Pager {
         tree: &mut Tree,
         version: u64,
     ) -> Result<(), StoreError> {
+        if self.durable.is_some() {
+            return self.maybe_compact_durable(tree, version);
+        }
         let size = self.current().len();
         if size < self.min_compact {
             return Ok(());
@@ -41,23 +44,47 @@ impl Pager {
         if size <= SLACK * live {
             return Ok(());
         }
-        let next = self.gen.wrapping_add(1).max(1);
+        let next = ((self.gen + 1) % crate::paging::DURABLE_KEY).max(1);
         if self.files.0.contains_key(&next) {
             return Ok(()); // that generation's file is still needed: try again later
         }
         self.files.0.insert(next, PageFile::create(&self.dir)?);
         let old = std::mem::replace(&mut self.gen, next);
-        self.relocate_all(tree)?;
+        self.relocate_all(tree, None)?;
         self.retiring.push((version, old));
         self.stats.compactions += 1;
         Ok(())
     }
 
-    fn relocate_all(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
+    /// The chunk file the writer appends to, between checkpoints: once it is mostly dead
+    /// (the rule above), the working tree's bodies in it are copied to the next chunk
+    /// file, on the writer's thread, and it is deleted when the versions taken before
+    /// are pruned. Only a file no checkpoint was handed is compacted here (no skeleton
+    /// names it); the files checkpoints completed are compacted by checkpoints.
+    fn maybe_compact_durable(&mut self, tree: &mut Tree, version: u64) -> Result<(), StoreError> {
+        let Some((backend, id)) = self.durable.clone() else { return Ok(()) };
+        let Some(size) = self.files.0.get(&self.gen).map(|f| f.len()) else { return Ok(()) };
+        let records = self.stats.records.max(1);
+        let live = tree.chunk_count() * (self.stats.spilled_bytes / records);
+        if size < self.min_compact || size <= SLACK * live {
+            return Ok(());
+        }
+        let old = self.gen;
+        self.use_chunk_files(&backend, id + 1);
+        self.relocate_all(tree, Some(old))?;
+        self.retiring.push((version, old));
+        self.stats.compactions += 1;
+        Ok(())
+    }
+
+    /// Copies the bodies of the working tree located in file `only` (every file but the
+    /// current one if `None`) to the current file.
+    fn relocate_all(&mut self, tree: &mut Tree, only: Option<u32>) -> Result<(), StoreError> {
         for i in 0..tree.chunk_count() {
             let Some(c) = tree.chunk_ref(i) else { break };
             let Some(loc) = c.location() else { continue };
-            if split_loc(loc).0 == self.gen {
+            let key = split_loc(loc).0;
+            if key == self.gen || only.is_some_and(|o| o != key) {
                 continue;
             }
             if tree.is_resident(i) {
@@ -85,12 +112,18 @@ impl Pager {
 
     /// Drops the retired files no retained version can name any more (every version
     /// older than `oldest_retained` is pruned).
+    /// A retired chunk file is deleted from the disk too (best effort: what fails to go
+    /// is an orphan that the next checkpoint or writable open deletes).
     pub(crate) fn retire(&mut self, oldest_retained: u64) {
         let files = &mut self.files.0;
+        let backend = self.durable.as_ref().map(|d| d.0.clone());
         self.retiring.retain(|&(from, gen)| {
             let gone = oldest_retained >= from;
             if gone {
                 files.remove(&gen);
+                if let (Some(b), Some(id)) = (&backend, durable_id(make_loc(gen, 0))) {
+                    let _ = b.remove(&crate::meta::chunk_file_name(id));
+                }
             }
             !gone
         });
@@ -133,6 +166,52 @@ mod tests {
             }
             pager.retire(retained[0].0);
             assert!(pager.files.0.len() <= 3, "old files are retired: {}", pager.files.0.len());
+        }
+        assert!(pager.stats.compactions >= 3, "compacted: {:?}", pager.stats);
+        for (_, snap, m) in &retained {
+            let pages: Vec<_> =
+                (0..snap.chunk_count()).filter_map(|i| snap.absent_chunk(i)).collect();
+            let full = pager.files.materialize(snap, &pages).unwrap();
+            let got: BTreeMap<Vec<u8>, Vec<u8>> =
+                full.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+            assert_eq!(&got, m);
+        }
+    }
+
+    /// The same with durable chunk files (a writable store between checkpoints): the
+    /// writer's file is compacted into the next one, and a retired file is deleted from
+    /// the backend once no retained version names it.
+    #[test]
+    fn the_writers_chunk_file_is_compacted_and_deleted() {
+        let mem = crate::MemBackend::new();
+        let backend: std::sync::Arc<dyn crate::Backend> = std::sync::Arc::new(mem.clone());
+        let mut tree = Tree::with_capacity(8).unwrap();
+        let mut pager = Pager::new(&std::env::temp_dir(), 0).unwrap();
+        pager.min_compact = 16 << 10;
+        pager.use_chunk_files(&backend, 1);
+        let mut model = BTreeMap::new();
+        let mut retained = std::collections::VecDeque::new();
+        let mut x = 7u64;
+        for version in 1..=60u64 {
+            for _ in 0..100 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let key = format!("k{:04}", (x >> 33) % 800).into_bytes();
+                let value = x.to_le_bytes().to_vec();
+                let needs = tree.absent_for_insert(&key);
+                pager.load(&mut tree, needs).unwrap();
+                tree.insert(&key, &value).unwrap();
+                model.insert(key, value);
+            }
+            tree.root_hash();
+            pager.evict(&mut tree).unwrap();
+            pager.maybe_compact(&mut tree, version).unwrap();
+            retained.push_back((version, tree.snapshot(), model.clone()));
+            if retained.len() > 3 {
+                retained.pop_front();
+            }
+            pager.retire(retained[0].0);
+            let on_disk = crate::Backend::list(&mem).unwrap().len();
+            assert!(on_disk <= 4, "retired chunk files are deleted: {on_disk}");
         }
         assert!(pager.stats.compactions >= 3, "compacted: {:?}", pager.stats);
         for (_, snap, m) in &retained {

@@ -6,16 +6,21 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::cleanup::delete_obsolete;
+use crate::durable::{self, ChunkKeep};
 use crate::error::IoContext;
 use crate::meta::wal_name;
 use crate::pace::Pacer;
 use crate::{checkpoint, wal, CheckpointReport, Store, StoreError};
 
+pub(crate) type Done = (CheckpointReport, bool, ChunkKeep, Moved, usize);
+type Moved = std::collections::HashMap<u64, u64>;
+
 pub(crate) struct Job {
     pub(crate) version: u64,
     pub(crate) stop: Arc<AtomicBool>,
-    /// The report, and whether the files before the checkpoint were deleted.
-    pub(crate) handle: JoinHandle<Result<Option<(CheckpointReport, bool)>, StoreError>>,
+    /// The report, whether the files before the checkpoint were deleted, and which chunk
+    /// files the deletion keeps.
+    pub(crate) handle: JoinHandle<Result<Option<Done>, StoreError>>,
 }
 
 impl Store {
@@ -52,6 +57,15 @@ impl Store {
         let activity = self.activity.clone();
         let head_mark = self.head_mark.clone();
         let pages = self.pager.as_ref().map(|p| p.files.clone());
+        // A paged store's checkpoint completes the chunk file the writer appended to;
+        // the writer goes on with the next one.
+        let handed = match self.pager.as_mut().map(|p| p.rotate()).transpose() {
+            Ok(h) => h.flatten(),
+            Err(e) => {
+                self.poisoned = Some(e.to_string());
+                return Err(e);
+            }
+        };
         // Spread over as much log as was written since the last checkpoint (with the
         // `Auto` policy, what made this one due): it then ends well before the next.
         self.activity.urgent.store(false, Ordering::Relaxed);
@@ -61,23 +75,47 @@ impl Store {
             .name("bavl-checkpoint".into())
             .spawn(move || {
                 background_priority();
-                let Some(report) = checkpoint::write_paged(
-                    &*backend,
-                    version,
-                    snap,
-                    &flag,
-                    Some(&pacer),
-                    pages.as_ref(),
-                )?
-                else {
-                    return Ok(None);
+                let (report, keep, moved, compacted) = match (handed, pages.as_ref()) {
+                    (Some(file), Some(pages)) => {
+                        let Some(w) = durable::write_checkpoint(
+                            &*backend,
+                            version,
+                            snap,
+                            &flag,
+                            Some(&pacer),
+                            pages,
+                            file,
+                        )?
+                        else {
+                            return Ok(None);
+                        };
+                        // The files it compacted stay until the next checkpoint: the
+                        // versions taken before the writer relocates still name them.
+                        let named = w.named.union(&w.compacted).copied().collect();
+                        let n = w.compacted.len();
+                        (w.report, ChunkKeep { named, below: w.file + 1 }, w.moved, n)
+                    }
+                    _ => {
+                        let Some(report) = checkpoint::write_paged(
+                            &*backend,
+                            version,
+                            snap,
+                            &flag,
+                            Some(&pacer),
+                            pages.as_ref(),
+                        )?
+                        else {
+                            return Ok(None);
+                        };
+                        (report, ChunkKeep::none(), Moved::new(), 0)
+                    }
                 };
                 head_mark.advance(&*backend, head, true)?;
                 let obsolete = activity.oldest() >= version;
                 if obsolete {
-                    delete_obsolete(&*backend, version, Some((&pacer, &flag)))?;
+                    delete_obsolete(&*backend, version, &keep, Some((&pacer, &flag)))?;
                 }
-                Ok(Some((report, obsolete)))
+                Ok(Some((report, obsolete, keep, moved, compacted)))
             })
             .map_err(|e| StoreError::io("starting the checkpoint thread", e))?;
         self.log_since_checkpoint = 0;
@@ -116,8 +154,13 @@ impl Store {
             Err(StoreError::Poisoned(format!("the checkpoint of version {} panicked", job.version)))
         });
         match result {
-            Ok(Some((report, cleaned))) => {
+            Ok(Some((report, cleaned, keep, moved, compacted))) => {
                 self.pending_cleanup = (!cleaned).then_some(report.version);
+                self.cleanup_keep = keep;
+                if let Some(p) = &mut self.pager {
+                    p.moved.extend(moved);
+                    p.stats.compactions += compacted as u64;
+                }
                 self.last_checkpoint = Some((report.version, report.bytes));
                 self.stats.checkpoint_bytes_written += report.bytes;
                 self.stats.checkpoints_written += 1;

@@ -18,8 +18,10 @@
 //! its root), replays the log after it (checking every recorded root), discards a record
 //! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`]. The
 //! live state and the retained versions are held in memory, unless
-//! [`Options::cache_bytes`] pages chunk bodies out to a scratch page file and back,
-//! verified, as operations need them (`docs/design.md` §8.5.1). The directory itself is
+//! [`Options::cache_bytes`] pages chunk bodies out to the store's chunk files and back,
+//! verified, as operations need them; a paged store's checkpoints are then incremental
+//! (the new bodies and a skeleton of the version) and opening reads the skeleton, not the
+//! state (`docs/design.md` §8.5.1). The directory itself is
 //! locked: exclusively by a writer, which stops writing if the path stops naming it,
 //! shared by [`Options::read_only`] readers, which change nothing on disk. Only an empty
 //! directory becomes a new store. Formats and reasons: `docs/design.md` §8.
@@ -52,6 +54,7 @@ pub mod checkpoint;
 mod cleanup;
 mod compact;
 mod create;
+mod durable;
 mod error;
 mod job;
 mod memory;
@@ -59,6 +62,7 @@ pub mod meta;
 mod open;
 mod options;
 pub mod pace;
+mod pagefile;
 mod paging;
 mod reopen;
 pub mod wal;
@@ -103,6 +107,8 @@ pub struct Store {
     /// A checkpoint whose older files are still on disk: deleted at the first commit at
     /// which no retained version is older than it.
     pending_cleanup: Option<u64>,
+    /// The chunk files that cleanup keeps.
+    cleanup_keep: durable::ChunkKeep,
     poisoned: Option<String>,
     /// `HEAD`, shared with the checkpoint thread, and when this thread last moved it.
     head_mark: Arc<meta::HeadMark>,
@@ -139,6 +145,9 @@ impl Store {
             return Err(StoreError::InvalidOption("keep_recent must be at least 1".into()));
         }
         let mut pager = Pager::for_options(&opts)?;
+        if let Some(p) = &mut pager {
+            p.backend = Some(backend.clone());
+        }
         let o = open::recover(&*backend, &opts, opts.read_only, pager.as_mut())?;
         let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
         let temporary = o.temporary;
@@ -156,6 +165,7 @@ impl Store {
             last_report: None,
             job: None,
             pending_cleanup: o.last_checkpoint.map(|(v, _)| v),
+            cleanup_keep: o.chunk_keep.clone(),
             poisoned: None,
             head_mark: Arc::new(meta::HeadMark::new(o.recovery.head_file.unwrap_or(0))),
             head_written_at: Instant::now(),
@@ -179,7 +189,7 @@ impl Store {
             // checkpoint replaces if no retained version needs them; then the
             // temporaries, the store's own only.
             if let Some(base) = store.recovery.checkpoint {
-                delete_obsolete(&*store.backend, base, None)?;
+                delete_obsolete(&*store.backend, base, &store.cleanup_keep, None)?;
             }
             store.clean_up()?;
             for name in &temporary {
@@ -284,7 +294,11 @@ impl Store {
         self.head = version;
         self.head_root = root;
         let paged = self.page_out(version);
-        self.versions.insert(version, self.tree.snapshot());
+        let snap = self.tree.snapshot();
+        if let Some(p) = &mut self.pager {
+            p.relocate(&mut self.tree, &snap);
+        }
+        self.versions.insert(version, snap);
         paged?;
         self.retain();
         self.clean_up()?;
@@ -377,7 +391,7 @@ impl Store {
             return Ok(());
         }
         self.pending_cleanup = None;
-        delete_obsolete(&*self.backend, version, None).inspect_err(|e| {
+        delete_obsolete(&*self.backend, version, &self.cleanup_keep, None).inspect_err(|e| {
             self.poisoned = Some(e.to_string());
         })
     }

@@ -97,6 +97,17 @@ impl Backend for MemBackend {
     fn sync_dir(&self) -> io::Result<()> {
         Ok(())
     }
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let f = self.file(name)?;
+        let data = f.lock().unwrap_or_else(|e| e.into_inner());
+        let at = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+        let src = at
+            .checked_add(buf.len())
+            .and_then(|end| data.get(at..end))
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
     fn describe(&self) -> String {
         "memory".into()
     }

@@ -28,6 +28,16 @@ pub fn checkpoint_name(version: u64) -> String {
     format!("ckpt-{version:020}.bavl")
 }
 
+/// Name of the skeleton of a paged store's checkpoint of `version` (`docs/design.md`
+/// §8.5.1).
+pub fn skeleton_name(version: u64) -> String {
+    format!("skel-{version:020}.bavl")
+}
+/// Name of a paged store's chunk file number `id`.
+pub fn chunk_file_name(id: u64) -> String {
+    format!("chunks-{id:020}.bavl")
+}
+
 /// What kind of store file a name is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileKind {
@@ -35,6 +45,10 @@ pub enum FileKind {
     Head,
     Wal(u64),
     Checkpoint(u64),
+    /// A paged store's checkpoint: the skeleton of a version.
+    Skeleton(u64),
+    /// A paged store's file of chunk bodies, by number.
+    Chunks(u64),
     Temporary,
     Unknown,
 }
@@ -59,6 +73,10 @@ pub fn classify(name: &str) -> FileKind {
         num(v).map_or(FileKind::Unknown, FileKind::Wal)
     } else if let Some(v) = name.strip_prefix("ckpt-").and_then(|s| s.strip_suffix(".bavl")) {
         num(v).map_or(FileKind::Unknown, FileKind::Checkpoint)
+    } else if let Some(v) = name.strip_prefix("skel-").and_then(|s| s.strip_suffix(".bavl")) {
+        num(v).map_or(FileKind::Unknown, FileKind::Skeleton)
+    } else if let Some(v) = name.strip_prefix("chunks-").and_then(|s| s.strip_suffix(".bavl")) {
+        num(v).map_or(FileKind::Unknown, FileKind::Chunks)
     } else {
         FileKind::Unknown
     }

@@ -9,6 +9,7 @@ use bavl_core::{Digest, Snapshot, Tree, DEFAULT_CAPACITY};
 use crate::backend::{Backend, WriteFile};
 use crate::blame::{check_capacity, check_head, gap, two_histories};
 use crate::check::{problem, Problem};
+use crate::durable::{self, ChunkFiles, ChunkKeep};
 use crate::error::{IoContext, StoreError};
 use crate::meta::{self, classify, is_own_temporary, wal_name, FileKind, Meta};
 use crate::paging::Pager;
@@ -50,12 +51,19 @@ pub(crate) struct Opened {
     pub recovery: Recovery,
     /// The store's own temporary files (left by interrupted writes), to be deleted.
     pub temporary: Vec<String>,
+    /// The chunk files the skeletons read name, and the first one opening created: what
+    /// a cleanup after opening keeps.
+    pub chunk_keep: ChunkKeep,
 }
 
 /// The store's files, sorted by kind.
 pub(crate) struct Listing {
     pub names: Vec<String>,
+    /// The versions of the checkpoints: full ones and skeletons (`skeletons`).
     pub checkpoints: Vec<u64>,
+    pub skeletons: std::collections::BTreeSet<u64>,
+    /// Chunk files (of a paged store's checkpoints) and their lengths.
+    pub chunk_files: ChunkFiles,
     pub segments: Vec<u64>,
     pub temporary: Vec<String>,
     pub unknown: Vec<String>,
@@ -65,6 +73,8 @@ pub(crate) fn list(backend: &dyn Backend) -> Result<Listing, StoreError> {
     let names = backend.list().ctx(|| format!("listing {}", backend.describe()))?;
     let mut l = Listing {
         checkpoints: Vec::new(),
+        skeletons: Default::default(),
+        chunk_files: Default::default(),
         segments: Vec::new(),
         temporary: Vec::new(),
         unknown: Vec::new(),
@@ -73,6 +83,14 @@ pub(crate) fn list(backend: &dyn Backend) -> Result<Listing, StoreError> {
     for name in &names {
         match classify(name) {
             FileKind::Checkpoint(v) => l.checkpoints.push(v),
+            FileKind::Skeleton(v) => {
+                l.checkpoints.push(v);
+                l.skeletons.insert(v);
+            }
+            FileKind::Chunks(id) => {
+                let len = backend.file_len(name).ctx(|| format!("reading {name}"))?;
+                l.chunk_files.insert(id, len);
+            }
             FileKind::Wal(v) => l.segments.push(v),
             FileKind::Temporary if is_own_temporary(name) => l.temporary.push(name.clone()),
             FileKind::Temporary => l.unknown.push(name.clone()),
@@ -81,9 +99,20 @@ pub(crate) fn list(backend: &dyn Backend) -> Result<Listing, StoreError> {
         }
     }
     l.checkpoints.sort_unstable();
+    l.checkpoints.dedup();
     l.segments.sort_unstable();
     l.names = names;
     Ok(l)
+}
+
+impl Listing {
+    /// The file of the checkpoint of version `v`: a skeleton or a full checkpoint.
+    pub fn state_name(&self, v: u64) -> String {
+        match self.skeletons.contains(&v) {
+            true => meta::skeleton_name(v),
+            false => meta::checkpoint_name(v),
+        }
+    }
 }
 
 /// Reads or creates the metadata; checks it against the options.
@@ -153,6 +182,12 @@ pub(crate) fn recover(
         }
         _ => None,
     };
+    // A paged store reads its chunk files in place; a writable one appends what it
+    // evicts to a new chunk file, numbered after every file on disk.
+    if let Some(p) = pager.as_deref_mut() {
+        p.open_chunk_files(&l.chunk_files, !read_only)?;
+    }
+    let below = pager.as_ref().and_then(|p| p.durable.as_ref()).map_or(u64::MAX, |d| d.1);
     let mut skipped = None;
     let first = before
         .map(|base| rebuild(backend, &l, &meta, opts, Some(base), newest, pager.as_deref_mut()));
@@ -164,14 +199,23 @@ pub(crate) fn recover(
         }
         None => rebuild(backend, &l, &meta, opts, newest, newest, pager)?,
     };
-    let Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, mut recovery } =
-        rebuilt;
+    let Rebuilt {
+        tree,
+        head,
+        head_root,
+        versions,
+        tail,
+        log_since_checkpoint,
+        mut recovery,
+        named,
+    } = rebuilt;
+    let chunk_keep = ChunkKeep { named, below };
     recovery.removed_temporary = l.temporary.len() as u64;
     recovery.older_checkpoint_skipped = skipped.as_ref().map(|e| e.to_string());
     recovery.older_checkpoint_damage = skipped.map(problem);
     let last_checkpoint = match newest {
         Some(v) => {
-            let name = meta::checkpoint_name(v);
+            let name = l.state_name(v);
             Some((v, backend.file_len(&name).ctx(|| format!("reading {name}"))?))
         }
         None => None,
@@ -205,6 +249,7 @@ pub(crate) fn recover(
         last_checkpoint,
         recovery,
         temporary: l.temporary,
+        chunk_keep,
     })
 }
 
@@ -249,6 +294,41 @@ struct Rebuilt {
     tail: Tail,
     log_since_checkpoint: u64,
     recovery: Recovery,
+    /// The chunk files named by the skeletons read.
+    named: std::collections::BTreeSet<u64>,
+}
+
+/// Reads the checkpoint of version `v`: a skeleton (its bodies stay in the chunk files
+/// with a pager or when `verify_only`; an unpaged open reads them all, verified), or a
+/// full checkpoint (read into a skeleton when a pager's budget is smaller than twice the
+/// file; `verify_only` then only verifies it). Adds the chunk files a skeleton names to
+/// `named`.
+fn read_state(
+    backend: &dyn Backend,
+    l: &Listing,
+    v: u64,
+    pager: Option<&mut Pager>,
+    budget: Option<u64>,
+    verify_only: bool,
+    named: &mut std::collections::BTreeSet<u64>,
+) -> Result<(checkpoint::Header, Tree), StoreError> {
+    let name = l.state_name(v);
+    if l.skeletons.contains(&v) {
+        let (header, mut tree, skel) = durable::load(backend, &name, &l.chunk_files)?;
+        if let Some(p) = pager {
+            p.note_entries(&skel.files);
+        }
+        if budget.is_none() && !verify_only {
+            durable::load_bodies(backend, &mut tree, &skel, &l.chunk_files, true)?;
+        }
+        named.extend(skel.named());
+        return Ok((header, tree));
+    }
+    let fits = |b: u64| backend.file_len(&name).is_ok_and(|l| l.saturating_mul(2) <= b);
+    match budget {
+        Some(b) if !fits(b) => reopen::read_skeleton(backend, &name, pager),
+        _ => checkpoint::read(backend, &name),
+    }
 }
 
 /// Loads checkpoint `base` (or the empty tree) and replays every version after it, in
@@ -264,25 +344,19 @@ fn rebuild(
     newest: Option<u64>,
     mut pager: Option<&mut Pager>,
 ) -> Result<Rebuilt, StoreError> {
-    // A paged store reads a checkpoint into a skeleton (its bodies to the page file),
-    // unless the checkpoint fits the budget twice over: then it reads it whole, as an
-    // unpaged store does, and evicts later only if it must.
+    // A paged store reads a skeleton in place, and a full checkpoint into a skeleton (its
+    // bodies to the page file), unless the checkpoint fits the budget twice over: then it
+    // reads it whole, as an unpaged store does, and evicts later only if it must.
     let budget = pager.as_ref().map(|p| p.budget);
-    let read_ckpt = |name: &str, p: Option<&mut Pager>| {
-        let fits = |b: u64| backend.file_len(name).is_ok_and(|l| l.saturating_mul(2) <= b);
-        match budget {
-            Some(b) if !fits(b) => reopen::read_skeleton(backend, name, p),
-            _ => checkpoint::read(backend, name),
-        }
-    };
+    let mut named = std::collections::BTreeSet::new();
     let mut recovery = Recovery::default();
     let t = Instant::now();
     // The later checkpoint the replay must pass through: read whole first (so damage to
     // it is found on open like damage to any checkpoint), then dropped.
     let through = match newest.filter(|&n| Some(n) > base) {
         Some(n) => {
-            let name = meta::checkpoint_name(n);
-            let (header, _) = read_ckpt(&name, None)?;
+            let name = l.state_name(n);
+            let (header, _) = read_state(backend, l, n, None, budget, true, &mut named)?;
             if header.version != n || header.capacity != meta.capacity {
                 return Err(StoreError::corrupted(&name, 0, "header disagrees with name or meta"));
             }
@@ -292,8 +366,9 @@ fn rebuild(
     };
     let (mut tree, base) = match base {
         Some(v) => {
-            let name = meta::checkpoint_name(v);
-            let (header, tree) = read_ckpt(&name, pager.as_deref_mut())?;
+            let name = l.state_name(v);
+            let p = pager.as_deref_mut();
+            let (header, tree) = read_state(backend, l, v, p, budget, false, &mut named)?;
             if header.version != v || header.capacity != meta.capacity {
                 return Err(StoreError::corrupted(&name, 0, "header disagrees with name or meta"));
             }
@@ -429,5 +504,5 @@ fn rebuild(
             ));
         }
     }
-    Ok(Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, recovery })
+    Ok(Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, recovery, named })
 }

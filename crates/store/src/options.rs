@@ -64,17 +64,19 @@ pub struct Options {
     /// discarded, and left-over temporary files stay.
     pub read_only: bool,
     /// Page the state (`docs/design.md` §8.5.1): after every commit, the working tree's
-    /// chunk bodies beyond this many heap bytes are evicted (written to a nameless page
-    /// file first if they have never been) and read back, verified, when an operation
-    /// needs them. `None`: everything stays in memory (the default, and as fast as
-    /// before). Retained versions keep the bodies they shared until pruned, so the bodies
+    /// chunk bodies beyond this many heap bytes are evicted (appended to the store's
+    /// current chunk file first if they have never been written) and read back,
+    /// verified, when an operation needs them. Checkpoints are then incremental: the
+    /// bodies not yet in a chunk file and a skeleton of the version; opening reads the
+    /// skeleton, not the state. `None`: everything stays in memory and checkpoints are
+    /// whole (the default, and as fast as before). Retained versions keep the bodies they shared until pruned, so the bodies
     /// in memory are bounded by about `keep_recent` times this budget in the worst case.
     /// With paging on, read with [`crate::Store::read`] and [`crate::Store::load_pages`]:
     /// [`crate::Store::get`] and plain snapshot reads do not load.
     pub cache_bytes: Option<u64>,
-    /// Where the page file goes (`None`: the store's directory with [`crate::Store::open`],
-    /// the system's temporary directory with [`crate::Store::open_backend`] or a
-    /// read-only open).
+    /// Where the scratch page file of a read-only paged open goes (`None`: the system's
+    /// temporary directory; with [`crate::Store::open`] of a writable store, its
+    /// directory). A writable paged store evicts into its own chunk files instead.
     pub page_dir: Option<std::path::PathBuf>,
 }
 

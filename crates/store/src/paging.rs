@@ -1,38 +1,34 @@
-//! The paged store's runtime side (`docs/design.md` §8.5.1): a page file of chunk bodies,
+//! The paged store's runtime side (`docs/design.md` §8.5.1): files of chunk bodies,
 //! loading what an operation needs before it is applied, and evicting to a budget.
 //!
 //! Guarantees:
 //! - a body read back is decoded defensively and verified against the page's count,
 //!   first key and hash by the core; any difference is [`StoreError::Corrupted`] naming
-//!   the page file and the offset, and the operation changes nothing;
+//!   the file and the offset, and the operation changes nothing;
 //! - eviction changes no hash and no version: only where a body lives;
-//! - the page file is scratch space, not part of the durable format: it has no name
-//!   (`O_TMPFILE` on Linux; elsewhere created and unlinked at once), so it vanishes with
-//!   the process, and durability stays with the log and the checkpoints.
+//! - a writable store evicts into its chunk files (`chunks-<n>.bavl`): the writer appends
+//!   to the newest, a checkpoint completes and syncs it and names its bodies in a
+//!   skeleton ([`crate::durable`]); nothing is durable before that, so a crash leaves at
+//!   most unnamed chunk files, which opening deletes;
+//! - a read-only open evicts into a scratch file with no name (`O_TMPFILE` on Linux;
+//!   elsewhere created and unlinked at once) that vanishes with the process.
 //!
-//! Record: `u32 len | body`. A location is `generation << 48 | (offset + 1)` (never 0):
-//! compaction ([`Pager::compact`]) copies the live bodies into a file of a new generation
-//! and retires the old file once no retained version can name it.
+//! Record: `u32 len | body`. A location is `key << 40 | (offset + 1)` (never 0), `key`
+//! naming a chunk file ([`DURABLE_KEY`] set) or a scratch generation. Compaction
+//! (`compact.rs`) copies live bodies into a new file and retires the old one once no
+//! retained version can name it.
 
-use std::fs::File;
 use std::ops::Bound;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bavl_core::{Body, InputError, PageRef, Snapshot, Tree};
 
-use crate::error::IoContext;
+use crate::backend::Backend;
+pub(crate) use crate::pagefile::{
+    durable_id, durable_key, make_loc, split_loc, PageFile, PageSet, DURABLE_KEY,
+};
 use crate::{Store, StoreError};
-
-/// The file of evicted bodies, shared by the writer (which appends) and the checkpoint
-/// thread and readers (which read).
-pub(crate) struct PageFile {
-    file: File,
-    /// Bytes appended so far: no record may claim to reach beyond.
-    end: AtomicU64,
-    dir: String,
-}
 
 /// A key and its value, copied out of the store.
 pub type OwnedEntry = (Vec<u8>, Vec<u8>);
@@ -52,140 +48,29 @@ pub struct PagingStats {
     pub skeleton_bytes: u64,
     /// Records appended to the page files.
     pub records: u64,
-    /// Compactions of the page file (live bodies copied to a new file).
+    /// Compactions: of the page file (live bodies copied to a new file), or of chunk files
+    /// by checkpoints (one per file compacted).
     pub compactions: u64,
     /// Bytes of the page file being appended to.
     pub file_bytes: u64,
 }
 
-impl PageFile {
-    /// A nameless file in `dir`.
-    pub(crate) fn create(dir: &Path) -> Result<Arc<PageFile>, StoreError> {
-        let file =
-            anonymous_file(dir).ctx(|| format!("creating a page file in {}", dir.display()))?;
-        Ok(Arc::new(PageFile { file, end: AtomicU64::new(0), dir: dir.display().to_string() }))
-    }
-
-    fn name(&self) -> String {
-        format!("the page file in {}", self.dir)
-    }
-
-    /// Appends a record; returns its offset.
-    pub(crate) fn append(&self, body: &[u8]) -> Result<u64, StoreError> {
-        use std::os::unix::fs::FileExt;
-        let at = self.end.load(Ordering::Acquire);
-        let mut rec = Vec::with_capacity(body.len() + 4);
-        rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        rec.extend_from_slice(body);
-        self.file.write_all_at(&rec, at).ctx(|| format!("writing {}", self.name()))?;
-        self.end.store(at + rec.len() as u64, Ordering::Release);
-        Ok(at)
-    }
-
-    /// Bytes appended so far.
-    pub(crate) fn len(&self) -> u64 {
-        self.end.load(Ordering::Acquire)
-    }
-
-    /// Reads the body of the record at `at`, bounds checked against the file.
-    pub(crate) fn read_raw(&self, at: u64) -> Result<Vec<u8>, StoreError> {
-        use std::os::unix::fs::FileExt;
-        let end = self.end.load(Ordering::Acquire);
-        let bad = |what: &str| StoreError::corrupted(&self.name(), at, what);
-        if at.checked_add(4).is_none_or(|e| e > end) {
-            return Err(bad("a location beyond the end of the page file"));
-        }
-        let mut len = [0u8; 4];
-        self.file.read_exact_at(&mut len, at).ctx(|| format!("reading {}", self.name()))?;
-        let len = u32::from_le_bytes(len) as u64;
-        if at + 4 + len > end {
-            return Err(bad("a record running past the end of the page file"));
-        }
-        let mut body = vec![0; len as usize];
-        self.file.read_exact_at(&mut body, at + 4).ctx(|| format!("reading {}", self.name()))?;
-        Ok(body)
-    }
-}
-
-/// Splits a location into its generation and offset.
-pub(crate) fn split_loc(loc: u64) -> (u16, u64) {
-    ((loc >> 48) as u16, (loc & ((1 << 48) - 1)).saturating_sub(1))
-}
-
-/// The location of offset `at` in generation `gen`.
-pub(crate) fn make_loc(gen: u16, at: u64) -> u64 {
-    (gen as u64) << 48 | (at + 1)
-}
-
-/// The page files by generation: what a reader needs to find any page a version names.
-#[derive(Clone, Default)]
-pub(crate) struct PageSet(pub(crate) std::collections::BTreeMap<u16, Arc<PageFile>>);
-
-impl PageSet {
-    fn file(&self, loc: u64) -> Result<(&PageFile, u64), StoreError> {
-        let (gen, at) = split_loc(loc);
-        match self.0.get(&gen) {
-            Some(f) => Ok((f, at)),
-            None => Err(StoreError::corrupted(
-                "the page files",
-                at,
-                format!("no page file of generation {gen} (retired: was the version pruned?)"),
-            )),
-        }
-    }
-
-    /// Reads and decodes the body of `page` (verified by the core when it is installed).
-    pub(crate) fn read(&self, page: &PageRef) -> Result<Body, StoreError> {
-        let (f, at) = self.file(page.loc)?;
-        let body = f.read_raw(at)?;
-        Body::decode(&body).map_err(|e| {
-            StoreError::corrupted(&f.name(), at, format!("undecodable chunk body: {e}"))
-        })
-    }
-
-    /// `snap` with the bodies of `pages` resident, each verified against its page.
-    pub(crate) fn materialize(
-        &self,
-        snap: &Snapshot,
-        pages: &[PageRef],
-    ) -> Result<Snapshot, StoreError> {
-        let mut bodies = Vec::with_capacity(pages.len());
-        for p in pages {
-            bodies.push((p.index, self.read(p)?));
-        }
-        snap.with_bodies(bodies)
-            .map_err(|e| StoreError::corrupted("the page files", 0, e.to_string()))
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn anonymous_file(dir: &Path) -> std::io::Result<File> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::open(
-        dir,
-        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )?;
-    Ok(File::from(fd))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn anonymous_file(dir: &Path) -> std::io::Result<File> {
-    let path =
-        dir.join(format!(".bavl-pages-{}-{:?}", std::process::id(), std::thread::current().id()));
-    let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
-    std::fs::remove_file(&path)?;
-    Ok(file)
-}
-
 /// Loads and evicts the working tree's chunk bodies against a budget.
 pub(crate) struct Pager {
     pub(crate) files: PageSet,
-    /// The generation appended to.
-    pub(crate) gen: u16,
+    /// The key of the file appended to.
+    pub(crate) gen: u32,
+    /// With durable chunk files: the store's backend and the number of the chunk file
+    /// appended to (`docs/design.md` §8.5.1).
+    pub(crate) durable: Option<(Arc<dyn Backend>, u64)>,
+    /// The store's backend, once attached: its chunk files are read in place.
+    pub(crate) backend: Option<Arc<dyn Backend>>,
+    /// Bodies a checkpoint's compaction copied (old location to new), not yet relocated
+    /// in the working tree.
+    pub(crate) moved: std::collections::HashMap<u64, u64>,
     pub(crate) dir: std::path::PathBuf,
     /// Retired generations and the version from which no version names them.
-    pub(crate) retiring: Vec<(u64, u16)>,
+    pub(crate) retiring: Vec<(u64, u32)>,
     pub(crate) budget: u64,
     /// The smallest file [`Pager::maybe_compact`] compacts.
     pub(crate) min_compact: u64,
@@ -210,6 +95,9 @@ impl Pager {
         Ok(Pager {
             files,
             gen,
+            durable: None,
+            backend: None,
+            moved: Default::default(),
             dir,
             retiring,
             budget,
@@ -231,13 +119,96 @@ impl Pager {
         Ok(Some(p))
     }
 
+    /// Appends from now on to chunk files of the store, the first numbered `id` (created
+    /// at its first append: an open that fails, or evicts nothing, writes no file).
+    pub(crate) fn use_chunk_files(&mut self, backend: &Arc<dyn Backend>, id: u64) {
+        self.gen = durable_key(id);
+        self.durable = Some((backend.clone(), id));
+    }
+
+    /// The file appended to, created if it is a chunk file not created yet.
+    fn appending(&mut self) -> Result<Arc<PageFile>, StoreError> {
+        if let (None, Some((backend, id))) = (self.files.0.get(&self.gen), &self.durable) {
+            let f = PageFile::create_durable(backend, *id)?;
+            self.files.0.insert(self.gen, f);
+        }
+        Ok(self.files.0[&self.gen].clone())
+    }
+
+    /// Registers the store's chunk files `files` for reading, and with `writable` starts
+    /// a new one, numbered after them, for what is evicted from now on. Needs the
+    /// backend attached (a pager without one keeps its scratch file: `bavl check`).
+    pub(crate) fn open_chunk_files(
+        &mut self,
+        files: &crate::durable::ChunkFiles,
+        writable: bool,
+    ) -> Result<(), StoreError> {
+        let Some(backend) = self.backend.clone() else { return Ok(()) };
+        for (&id, &len) in files {
+            self.add_chunk_file(&backend, id, len);
+        }
+        if writable {
+            let next = files.keys().next_back().map_or(1, |id| id + 1);
+            self.use_chunk_files(&backend, next);
+        }
+        Ok(())
+    }
+
+    /// Records how many entries were written to each chunk file (a skeleton's table).
+    pub(crate) fn note_entries(&self, files: &std::collections::BTreeMap<u64, u64>) {
+        for (&id, &n) in files {
+            if let Some(f) = self.files.0.get(&durable_key(id)) {
+                f.set_entries(n);
+            }
+        }
+    }
+
+    /// Gives the chunks of the working tree (equal to `version`, just taken) that a
+    /// compaction copied their new locations: absent ones are relocated, resident ones
+    /// get the new location. Versions taken before keep naming the old files, which the
+    /// checkpoint after next deletes once they are pruned.
+    pub(crate) fn relocate(&mut self, tree: &mut Tree, version: &Snapshot) {
+        if self.moved.is_empty() {
+            return;
+        }
+        let mut found = Vec::new();
+        version.for_each_chunk(|c| {
+            if let Some(&new) = c.location().and_then(|l| self.moved.get(&l)) {
+                found.push((c.index, new));
+            }
+        });
+        for (i, new) in found {
+            if tree.is_resident(i) {
+                tree.chunk_ref(i).map(|c| c.set_location(new));
+            } else {
+                tree.relocate(i, new);
+            }
+        }
+        self.moved.clear();
+    }
+
+    /// Makes the existing chunk file `id` (of `len` bytes) readable.
+    pub(crate) fn add_chunk_file(&mut self, backend: &Arc<dyn Backend>, id: u64, len: u64) {
+        self.files.0.insert(durable_key(id), PageFile::open_durable(backend, id, len));
+    }
+
+    /// Starts the next chunk file and returns the one appended to until now, with its
+    /// number (a checkpoint completes and seals it).
+    pub(crate) fn rotate(&mut self) -> Result<Option<(u64, Arc<PageFile>)>, StoreError> {
+        let Some((backend, id)) = self.durable.clone() else { return Ok(None) };
+        let old = self.appending()?;
+        self.use_chunk_files(&backend, id + 1);
+        Ok(Some((id, old)))
+    }
+
+    /// The scratch page file appended to (not with durable chunk files).
     pub(crate) fn current(&self) -> &Arc<PageFile> {
         &self.files.0[&self.gen]
     }
 
     /// Appends a body to the current file; returns its location.
     pub(crate) fn append(&mut self, body: &[u8]) -> Result<u64, StoreError> {
-        let at = self.current().append(body)?;
+        let at = self.appending()?.append(body)?;
         self.stats.spilled_bytes += body.len() as u64 + 4;
         self.stats.records += 1;
         self.stats.file_bytes = at + body.len() as u64 + 4;
@@ -249,7 +220,7 @@ impl Pager {
         for p in needs {
             let body = self.files.read(&p)?;
             tree.page_in(p.index, body).map_err(|e| {
-                StoreError::corrupted(&self.current().name(), split_loc(p.loc).1, e.to_string())
+                StoreError::corrupted(&self.files.name_of(p.loc), split_loc(p.loc).1, e.to_string())
             })?;
             self.stats.loads += 1;
         }
@@ -332,7 +303,7 @@ impl Store {
         let loaded = read.len();
         for (pg, body) in read {
             self.tree.page_in(pg.index, body?).map_err(|e| {
-                StoreError::corrupted("the page files", split_loc(pg.loc).1, e.to_string())
+                StoreError::corrupted(&files.name_of(pg.loc), split_loc(pg.loc).1, e.to_string())
             })?;
         }
         p.stats.loads += loaded as u64;
@@ -428,21 +399,21 @@ mod tests {
         let page = tree.try_get(&key).expect_err("evicted");
         let at = split_loc(page.loc).1;
         let mut record = vec![0; 4];
-        pager.current().file.read_exact_at(&mut record, at).unwrap();
+        pager.current().scratch().read_exact_at(&mut record, at).unwrap();
         let len = u32::from_le_bytes(record[..4].try_into().unwrap()) as usize;
         record.resize(4 + len, 0);
-        pager.current().file.read_exact_at(&mut record, at).unwrap();
+        pager.current().scratch().read_exact_at(&mut record, at).unwrap();
         for i in 0..record.len() {
             let mut bad = record.clone();
             bad[i] ^= 0x01;
-            pager.current().file.write_all_at(&bad, at).unwrap();
+            pager.current().scratch().write_all_at(&bad, at).unwrap();
             match pager.load(&mut tree, vec![page.clone()]) {
                 Err(StoreError::Corrupted { offset, .. }) => assert_eq!(offset, at),
                 other => panic!("byte {i} flipped: {other:?}"),
             }
             assert!(tree.try_get(&key).is_err(), "nothing became resident");
         }
-        pager.current().file.write_all_at(&record, at).unwrap();
+        pager.current().scratch().write_all_at(&record, at).unwrap();
         pager.load(&mut tree, vec![page]).unwrap();
         assert_eq!(tree.get(&key), Ok(Some(&b"value"[..])));
     }
