@@ -233,7 +233,9 @@ impl Client {
                     };
                 }
                 ClientReply::NoGroup => {
+                    // The replica may have been moved away: ask the directory next time.
                     self.leaders.remove(&desc.id);
+                    self.cache.remove(&desc.start);
                 }
                 ClientReply::Unknown(e) if write => return Err(ClientError::Unknown(e)),
                 ClientReply::Unknown(_) => {}

@@ -181,6 +181,8 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
             let resp = match entry.payload {
                 EntryPayload::Blank => Response::Done,
                 EntryPayload::Membership(m) => {
+                    let [voters, learners] = crate::directory::members(&m);
+                    s.state.set_membership(voters, learners);
                     s.membership = typ::StoredMembership::new(Some(entry.log_id), m);
                     Response::Done
                 }

@@ -112,6 +112,12 @@ pub struct Tuning {
     /// when the machine, not just the process, goes down).
     #[arg(long)]
     no_fsync: bool,
+    /// Replicas per range the rebalancer keeps.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Do not run the rebalancer on this node (when it leads the directory).
+    #[arg(long)]
+    no_rebalance: bool,
 }
 
 impl Peers {
@@ -190,6 +196,9 @@ async fn run_node(
         capacity: t.capacity,
         unsafe_local_reads: false,
         tick_ms: 500,
+        rebalance: !t.no_rebalance,
+        replicas: t.replicas,
+        seeds: peers.keys().copied().filter(|p| *p != id).collect(),
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
