@@ -2,12 +2,14 @@
 //! was abandoned, deleting replicas that were moved away and missed their tombstone, and
 //! learning peers' addresses from the memberships and the directory's node list.
 //!
-//! Guarantees: a replica is deleted by the garbage check only when the directory's
-//! descriptor of its group leaves this node out, the replica's own Raft membership (its log
-//! included, so a learner that has received its `add learner` entry is safe) leaves it out
-//! too, and its `conf_ver` is not newer than the directory's. An empty replica (created by a
-//! message, never installed) that matches is deleted too: it holds nothing, and a leader
-//! that still wants it recreates it with its next message.
+//! Guarantees: a replica is deleted by the garbage check only when, on two checks in a row
+//! (two report ticks apart), the directory's descriptor of its group leaves this node out,
+//! the replica's own Raft membership (its log included, so a learner that has received its
+//! `add learner` entry is safe) leaves it out too, and its `conf_ver` is not newer than the
+//! directory's. The two checks cover a learner that installed a snapshot older than its own
+//! `add learner` entry: the entry follows the snapshot at once. An empty replica (created by
+//! a message, never installed) is never deleted: it holds nothing, and deleting a learner
+//! whose snapshot is on its way would look to the leader like a log gone backwards.
 
 use std::collections::BTreeSet;
 
@@ -77,7 +79,12 @@ impl Node {
         }
         let Some(descs) = self.directory_ranges_once().await else { return 0 };
         let mut deleted = 0;
+        let mut seen = BTreeSet::new();
+        let before = std::mem::take(&mut *self.garbage.lock().expect("not poisoned"));
         for group in candidates {
+            if group.sm.shared.lock().expect("not poisoned").last_applied.is_none() {
+                continue;
+            }
             let local = group.sm.desc();
             let Some(d) = descs.iter().find(|d| d.id == local.id) else { continue };
             if d.replicas.contains(&self.id) || d.learners.contains(&self.id) {
@@ -88,11 +95,16 @@ impl Node {
             if member.contains(&self.id) || local.epoch.conf_ver > d.epoch.conf_ver {
                 continue;
             }
+            seen.insert(local.id);
+            if !before.contains(&local.id) {
+                continue;
+            }
             match self.remove_replica(local.id).await {
                 Ok(()) => deleted += 1,
                 Err(e) => eprintln!("node {}: cannot delete group {}: {e}", self.id, local.id),
             }
         }
+        *self.garbage.lock().expect("not poisoned") = seen;
         deleted
     }
 

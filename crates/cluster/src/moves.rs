@@ -254,7 +254,7 @@ impl Node {
         }
     }
 
-    /// Drops this node's replica of `g` unless it is newer than `conf_ver`.
+    /// Drops this node's replica of `g` unless it is newer than `conf_ver` or empty.
     async fn tombstone(&self, g: GroupId, conf_ver: u64) -> ClientReply {
         if g == DIRECTORY_GROUP {
             return ClientReply::Refused("the directory's replicas are never removed".into());
@@ -264,7 +264,12 @@ impl Node {
             let s = group.sm.shared.lock().expect("not poisoned");
             (s.state.desc.clone(), s.last_applied.is_some())
         };
-        if applied && desc.epoch.conf_ver > conf_ver {
+        if !applied {
+            // Empty: nothing to delete, and it may be a learner whose snapshot is on its way
+            // (a late tombstone after the node was added again).
+            return ClientReply::Done;
+        }
+        if desc.epoch.conf_ver > conf_ver {
             return ClientReply::Refused(format!(
                 "replica at conf_ver {} is newer than the tombstone's {conf_ver}",
                 desc.epoch.conf_ver

@@ -85,6 +85,8 @@ pub struct Node {
     pub(crate) learner_ticks: Mutex<HashMap<GroupId, u32>>,
     /// Set while the rebalancer's move is under way.
     pub(crate) rebalancing: AtomicBool,
+    /// Replicas the last garbage check found removed (deleted if the next one agrees).
+    pub(crate) garbage: Mutex<std::collections::BTreeSet<GroupId>>,
 }
 
 impl Node {
@@ -108,6 +110,7 @@ impl Node {
             moving: Mutex::default(),
             learner_ticks: Mutex::default(),
             rebalancing: AtomicBool::new(false),
+            garbage: Mutex::default(),
         });
         let mut ids = Vec::new();
         for entry in std::fs::read_dir(&node.opts.dir)? {
