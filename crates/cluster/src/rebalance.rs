@@ -45,7 +45,7 @@ pub fn plan(descs: &[RangeDesc], nodes: &[NodeInfo], replicas: usize) -> Option<
         }
     }
     let loaded = |n: &NodeId| (load.get(n).copied().unwrap_or(usize::MAX), *n);
-    for d in descs.iter().filter(|d| d.replicas.len() > replicas.max(1)) {
+    if let Some(d) = descs.iter().find(|d| d.replicas.len() > replicas.max(1)) {
         let from = d
             .replicas
             .iter()
