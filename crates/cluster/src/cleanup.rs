@@ -12,14 +12,15 @@
 //! whose snapshot is on its way would look to the leader like a log gone backwards.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use openraft::ChangeMembers;
 
 use crate::consensus::{Consensus, OpenraftGroup};
-use crate::moves::LEARNER_TICKS;
+use crate::moves::{in_membership, LEARNER_TICKS};
 use crate::msg::{ClientOp, ClientReply, ClientRequest, Message, Reply};
 use crate::node::Node;
-use crate::types::{Epoch, NodeId, RangeDesc, DIRECTORY_GROUP};
+use crate::types::{Epoch, RangeDesc, DIRECTORY_GROUP};
 
 impl Node {
     /// Leader duty: learners that no move of this node waits for are removed after
@@ -81,8 +82,13 @@ impl Node {
         let mut deleted = 0;
         let mut seen = BTreeSet::new();
         let before = std::mem::take(&mut *self.garbage.lock().expect("not poisoned"));
-        for group in candidates {
-            if group.sm.shared.lock().expect("not poisoned").last_applied.is_none() {
+        for candidate in candidates {
+            let id = candidate.sm.desc().id;
+            // The replica now (it may have been replaced while the directory answered).
+            let Some(group) = self.group(id) else { continue };
+            if !Arc::ptr_eq(&group.sm.shared, &candidate.sm.shared)
+                || group.sm.shared.lock().expect("not poisoned").last_applied.is_none()
+            {
                 continue;
             }
             let local = group.sm.desc();
@@ -90,9 +96,7 @@ impl Node {
             if d.replicas.contains(&self.id) || d.learners.contains(&self.id) {
                 continue;
             }
-            let m = group.raft.metrics().borrow().membership_config.clone();
-            let member: BTreeSet<NodeId> = m.membership().nodes().map(|(n, _)| *n).collect();
-            if member.contains(&self.id) || local.epoch.conf_ver > d.epoch.conf_ver {
+            if in_membership(&group, self.id) || local.epoch.conf_ver > d.epoch.conf_ver {
                 continue;
             }
             seen.insert(local.id);

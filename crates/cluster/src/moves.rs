@@ -36,7 +36,7 @@ use openraft::{BasicNode, ChangeMembers};
 use crate::consensus::{Consensus, OpenraftGroup};
 use crate::msg::{BoxFuture, ClientOp, ClientReply, ClientRequest, Message, ReplicaInfo};
 use crate::node::Node;
-use crate::sm::group_dir;
+use crate::sm::{group_dir, tombstone_file};
 use crate::types::{Epoch, GroupId, NodeId, NodeInfo, RangeDesc, DIRECTORY_GROUP};
 
 /// Directory name prefix of a tombstoned replica being deleted.
@@ -74,6 +74,20 @@ fn raft_err(e: WriteError) -> MoveError {
         }
         e => MoveError::Raft(e.to_string()),
     }
+}
+
+/// Whether the latest membership in the replica's log (applied or not) names `node`.
+pub(crate) fn in_membership(group: &OpenraftGroup, node: NodeId) -> bool {
+    let m = group.raft.metrics().borrow().membership_config.clone();
+    let named = m.membership().nodes().any(|(n, _)| *n == node);
+    named
+}
+
+/// The log index of the latest membership in the replica's log (applied or not).
+pub(crate) fn membership_index(group: &OpenraftGroup) -> u64 {
+    let m = group.raft.metrics().borrow().membership_config.clone();
+    let index = m.log_id().map_or(0, |l| l.index);
+    index
 }
 
 /// Removes `g` from the node's set of groups being moved, however the move ends.
@@ -114,7 +128,8 @@ impl Node {
             self.move_remove(&group, from).await?;
         }
         let desc = group.sm.desc();
-        self.move_finish(from, &desc).await;
+        let index = membership_index(&group);
+        self.move_finish(from, &desc, index).await;
         Ok(desc)
     }
 
@@ -191,11 +206,12 @@ impl Node {
 
     /// Step 5: the directory learns the descriptor, and `from` is told to drop its replica
     /// (best effort: the garbage check repairs a lost message, the heartbeat a lost report).
-    pub async fn move_finish(&self, from: NodeId, desc: &RangeDesc) {
+    /// `index` is the log index of the configuration without `from`.
+    pub async fn move_finish(&self, from: NodeId, desc: &RangeDesc, index: u64) {
         self.report(vec![desc.clone()]).await;
-        let op = ClientOp::Tombstone { conf_ver: desc.epoch.conf_ver };
+        let op = ClientOp::Tombstone { conf_ver: desc.epoch.conf_ver, index };
         if from == self.id {
-            self.tombstone(desc.id, desc.epoch.conf_ver).await;
+            self.tombstone(desc.id, desc.epoch.conf_ver, index).await;
         } else {
             let req = ClientRequest { group: desc.id, epoch: Epoch::default(), op };
             let _ = self.transport.send(self.id, from, Message::Client(req)).await;
@@ -220,7 +236,7 @@ impl Node {
                 Some(group) => ClientReply::Info(self.info(&group)),
                 None => ClientReply::NoGroup,
             },
-            ClientOp::Tombstone { conf_ver } => self.tombstone(g, conf_ver).await,
+            ClientOp::Tombstone { conf_ver, index } => self.tombstone(g, conf_ver, index).await,
             ClientOp::Move { from, to } => {
                 let Some(me) = self.me.upgrade() else { return ClientReply::NoGroup };
                 // A task of its own: the move goes on if the caller stops waiting.
@@ -254,8 +270,9 @@ impl Node {
         }
     }
 
-    /// Drops this node's replica of `g` unless it is newer than `conf_ver` or empty.
-    async fn tombstone(&self, g: GroupId, conf_ver: u64) -> ClientReply {
+    /// Drops this node's replica of `g` unless it is newer than `conf_ver`, empty, or its
+    /// log names this node in a configuration after `index` (it was added back).
+    async fn tombstone(&self, g: GroupId, conf_ver: u64, index: u64) -> ClientReply {
         if g == DIRECTORY_GROUP {
             return ClientReply::Refused("the directory's replicas are never removed".into());
         }
@@ -269,6 +286,11 @@ impl Node {
             // (a late tombstone after the node was added again).
             return ClientReply::Done;
         }
+        if in_membership(&group, self.id) && membership_index(&group) > index {
+            // Its log holds a configuration after the removal naming this node: it was
+            // added back since (a late tombstone).
+            return ClientReply::Refused("the replica's log names this node again".into());
+        }
         if desc.epoch.conf_ver > conf_ver {
             return ClientReply::Refused(format!(
                 "replica at conf_ver {} is newer than the tombstone's {conf_ver}",
@@ -281,11 +303,13 @@ impl Node {
         }
     }
 
-    /// Deletes the replica of `g`: rename its directory (from then on a restart does not
-    /// see it), stop it, delete the renamed directory.
+    /// Deletes the replica of `g`: leave a tombstone marker (a split re-applied after a
+    /// restart does not create the group again), rename its directory (from then on a
+    /// restart does not see it), stop it, delete the renamed directory.
     pub(crate) async fn remove_replica(&self, g: GroupId) -> std::io::Result<()> {
         let dir = group_dir(&self.opts.dir, g);
         let gone = self.opts.dir.join(format!("{REMOVED_PREFIX}{g}"));
+        crate::sm::write_atomic(&tombstone_file(&self.opts.dir, g), b"")?;
         if gone.exists() {
             std::fs::remove_dir_all(&gone)?;
         }

@@ -82,10 +82,12 @@ pub enum ClientOp {
         from: NodeId,
         to: NodeId,
     },
-    /// To a node: drop its replica of the group if that replica's `conf_ver` is at most
-    /// this one (sent after a configuration without the node at this `conf_ver` committed).
+    /// To a node: drop its replica of the group (sent once a configuration without the node
+    /// committed, at log index `index` and epoch `conf_ver`), unless the replica's
+    /// `conf_ver` is newer or its log holds a configuration after `index` naming the node.
     Tombstone {
         conf_ver: u64,
+        index: u64,
     },
     /// To any replica: what it holds (no read barrier: for status displays).
     Info,

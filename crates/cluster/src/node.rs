@@ -273,6 +273,14 @@ impl Node {
         let Some(group) = self.group(g) else {
             return RaftReply::Refused(format!("node {} hosts no group {g}", self.id));
         };
+        if matches!(rpc, RaftRpc::Vote(_))
+            && group.sm.shared.lock().expect("not poisoned").last_applied.is_none()
+        {
+            // An empty replica (created by a message, or after this node deleted its replica)
+            // remembers nothing of the group: its vote could elect a candidate of a stale
+            // configuration. It votes once it has installed a snapshot.
+            return RaftReply::Refused(format!("node {}: an empty replica does not vote", self.id));
+        }
         let refused = |e: &dyn std::fmt::Display| RaftReply::Refused(e.to_string());
         match rpc {
             RaftRpc::Append(r) => {

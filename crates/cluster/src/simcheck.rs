@@ -80,7 +80,8 @@ pub async fn check(net: &SimNet, gaps: &mut HashMap<String, u32>) -> Vec<String>
 }
 
 fn check_roots(net: &SimNet) -> Vec<String> {
-    let mut roots: HashMap<(GroupId, u64), ([u8; 32], u64)> = HashMap::new();
+    type Seen = ([u8; 32], u64, String);
+    let mut roots: HashMap<(GroupId, u64), Seen> = HashMap::new();
     let mut out = Vec::new();
     for node in net.live() {
         for g in node.groups() {
@@ -88,13 +89,21 @@ fn check_roots(net: &SimNet) -> Vec<String> {
             let Some(applied) = s.last_applied else { continue };
             let root = s.state.tree.root_hash();
             let id = s.state.desc.id;
+            let d = &s.state.desc;
+            let what = format!(
+                "log id {applied}, epoch {:?}, voters {:?}, learners {:?}, keys {}",
+                d.epoch,
+                d.replicas,
+                d.learners,
+                s.state.tree.len()
+            );
             match roots.get(&(id, applied.index)) {
-                Some((r, other)) if *r != root => out.push(format!(
-                    "group {id} at index {}: node {} and node {other} hold different roots",
+                Some((r, other, theirs)) if *r != root => out.push(format!(
+                    "group {id} at index {}: node {} ({what}) and node {other} ({theirs}) hold different roots",
                     applied.index, node.id
                 )),
                 _ => {
-                    roots.insert((id, applied.index), (root, node.id));
+                    roots.insert((id, applied.index), (root, node.id, what));
                 }
             }
         }

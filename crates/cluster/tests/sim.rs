@@ -144,6 +144,11 @@ fn random_moves_under_faults_keep_the_invariants() {
         );
         assert_sound(&r, &format!("moves, seed {seed}"));
         moved += r.moves_done;
+        // BAVL_CLUSTER_MOVES_HISTORY=path: the last seed's history, for lab/lincheck.
+        if let Ok(path) = std::env::var("BAVL_CLUSTER_MOVES_HISTORY") {
+            let mut f = std::fs::File::create(path).unwrap();
+            write_jsonl(&r.history, &mut f).unwrap();
+        }
     }
     assert!(moved > 0, "no move completed");
 }
