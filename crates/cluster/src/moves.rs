@@ -16,12 +16,16 @@
 //! 5. **report** the new descriptor to the directory, then **tombstone** the old replica.
 //!
 //! A step that finds its work done skips it, so re-running a move after any crash finishes
-//! it. A removed replica is **deleted**: its directory is renamed `removed-group-<id>` and
-//! then removed (a crash in between leaves the renamed directory, deleted on the next
-//! start). It learns of its removal by a `Tombstone` message from the mover or, failing
-//! that, by the garbage check of its node ([`Node::collect_garbage`]): a replica whose
-//! group's descriptor in the directory leaves the node out, whose own Raft membership (log
-//! included) leaves it out, and whose `conf_ver` is not newer than the directory's.
+//! it. A removed replica is **deleted**: a marker `tombstone-<id>` is written (a split
+//! re-applied after a restart does not seed the group again), its directory is renamed
+//! `removed-group-<id>` and then removed (a crash in between leaves the renamed directory,
+//! deleted on the next start). It learns of its removal by a `Tombstone { conf_ver, index }`
+//! message from the mover (refused if its replica is newer, empty, or its log names it in a
+//! configuration after `index`) or, failing that, by the garbage check of its node
+//! ([`Node::collect_garbage`]): a replica whose group's descriptor in the directory leaves
+//! the node out, whose own Raft membership (log included) leaves it out, and whose
+//! `conf_ver` is not newer than the directory's. Empty replicas refuse votes (see
+//! `Node::handle`): deleting must never produce a voter with no memory of the group.
 //!
 //! A leader that finds learners in its group and no move of its own under way removes them
 //! after [`LEARNER_TICKS`] ticks (a mover that crashed after step 1): moves are then simply
