@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::msg::{ClientOp, ClientReply, ClientRequest, Message, NetError, Reply, Transport};
+use crate::msg::{
+    ClientOp, ClientReply, ClientRequest, Message, NetError, ReplicaInfo, Reply, Transport,
+};
 use crate::types::{BatchOp, Epoch, GroupId, NodeId, RangeDesc, DIRECTORY_GROUP};
 
 /// How a client behaves.
@@ -233,7 +235,9 @@ impl Client {
                     };
                 }
                 ClientReply::NoGroup => {
+                    // The replica may have been moved away: ask the directory next time.
                     self.leaders.remove(&desc.id);
+                    self.cache.remove(&desc.start);
                 }
                 ClientReply::Unknown(e) if write => return Err(ClientError::Unknown(e)),
                 ClientReply::Unknown(_) => {}
@@ -307,25 +311,48 @@ impl Client {
 
     /// The directory's descriptors, read at the directory's leader.
     pub async fn ranges(&mut self) -> Option<Vec<RangeDesc>> {
+        match self.directory(ClientOp::Ranges).await? {
+            ClientReply::Ranges(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Sends a directory operation to each node in turn until one answers for sure (not
+    /// `NotLeader`, `NoGroup` or `Unknown`), for up to `max_attempts` rounds.
+    pub async fn directory(&mut self, op: ClientOp) -> Option<ClientReply> {
         for attempt in 0..self.opts.max_attempts * self.nodes.len() as u32 {
             if attempt > 0 && attempt % self.nodes.len() as u32 == 0 {
                 tokio::time::sleep(self.opts.backoff).await;
             }
             self.turn += 1;
             let node = self.nodes[self.turn % self.nodes.len()];
-            let req = ClientRequest {
-                group: DIRECTORY_GROUP,
-                epoch: Epoch::default(),
-                op: ClientOp::Ranges,
-            };
+            let req =
+                ClientRequest { group: DIRECTORY_GROUP, epoch: Epoch::default(), op: op.clone() };
             let sent = self.transport.send(self.id, node, Message::Client(req));
-            if let Ok(Ok(Reply::Client(ClientReply::Ranges(r)))) =
-                tokio::time::timeout(self.opts.timeout, sent).await
-            {
-                return Some(r);
+            match tokio::time::timeout(self.opts.timeout, sent).await {
+                Ok(Ok(Reply::Client(
+                    ClientReply::NotLeader(_) | ClientReply::NoGroup | ClientReply::Unknown(_),
+                ))) => {}
+                Ok(Ok(Reply::Client(r))) => return Some(r),
+                _ => {}
             }
         }
         None
+    }
+
+    /// Tells the transport where node `id` listens (a node added after the client started).
+    pub fn learn(&mut self, id: NodeId, addr: &str) {
+        self.transport.learn(id, addr);
+    }
+
+    /// What node `node` holds of group `g` (no read barrier), if it answers.
+    pub async fn info(&mut self, node: NodeId, g: GroupId) -> Option<ReplicaInfo> {
+        let req = ClientRequest { group: g, epoch: Epoch::default(), op: ClientOp::Info };
+        let sent = self.transport.send(self.id, node, Message::Client(req));
+        match tokio::time::timeout(self.opts.timeout, sent).await {
+            Ok(Ok(Reply::Client(ClientReply::Info(i)))) => Some(i),
+            _ => None,
+        }
     }
 
     /// The cached descriptors, ordered by start key.

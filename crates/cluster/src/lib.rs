@@ -9,23 +9,30 @@
 //! - [`range`]: the deterministic state machine of a range (and of the directory);
 //! - [`sm`], [`log_store`]: openraft's state machine and durable log for one group;
 //! - [`consensus`]: our engine trait and its openraft implementation;
+//! - [`directory`]: the directory's node list; descriptors following Raft membership;
 //! - [`node`], [`split`], [`read`]: a node hosting many groups, its leader duties, its reads;
+//! - [`moves`], [`cleanup`], [`rebalance`]: range moves by membership change, removed
+//!   replicas, the rebalancer;
 //! - [`msg`], [`raftnet`], [`tcp`]: messages, openraft's network over them, TCP;
 //! - [`client`]: the routing-cache client;
 //! - [`sim`], [`simnet`], [`simcheck`], [`simcluster`]: the deterministic simulation;
 //! - [`history`], [`lincheck`]: histories and the linearizability check.
 #![forbid(unsafe_code)]
 
+pub mod cleanup;
 pub mod client;
 pub mod consensus;
+pub mod directory;
 pub mod history;
 pub mod lincheck;
 pub mod log_store;
+pub mod moves;
 pub mod msg;
 pub mod node;
 pub mod raftnet;
 pub mod range;
 pub mod read;
+pub mod rebalance;
 pub mod sim;
 pub mod simcheck;
 pub mod simcluster;

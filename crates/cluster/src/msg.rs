@@ -14,7 +14,9 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::types::{typ, BatchOp, Epoch, GroupId, NodeId, RangeDesc, SnapshotData, TypeConfig};
+use crate::types::{
+    typ, BatchOp, Epoch, GroupId, NodeId, NodeInfo, RangeDesc, SnapshotData, TypeConfig,
+};
 
 /// A Raft message for one group.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -68,6 +70,27 @@ pub enum ClientOp {
     Report(Vec<RangeDesc>),
     /// Directory: every descriptor held, ordered by start key.
     Ranges,
+    /// Directory: register a node (its address for the TCP transport).
+    AddNode(NodeInfo),
+    /// Directory: mark a node as draining.
+    Drain(NodeId),
+    /// Directory: the registered nodes.
+    Nodes,
+    /// To a range's leader: move the replica on `from` to `to` (see `moves`); answered
+    /// `Moved` with the descriptor once the old replica is removed.
+    Move {
+        from: NodeId,
+        to: NodeId,
+    },
+    /// To a node: drop its replica of the group (sent once a configuration without the node
+    /// committed, at log index `index` and epoch `conf_ver`), unless the replica's
+    /// `conf_ver` is newer or its log holds a configuration after `index` naming the node.
+    Tombstone {
+        conf_ver: u64,
+        index: u64,
+    },
+    /// To any replica: what it holds (no read barrier: for status displays).
+    Info,
 }
 
 impl ClientOp {
@@ -82,6 +105,26 @@ impl ClientOp {
             _ => None,
         }
     }
+
+    /// Whether the operation is a replica-administration one (not fenced by keys).
+    pub fn is_admin(&self) -> bool {
+        matches!(self, ClientOp::Move { .. } | ClientOp::Tombstone { .. } | ClientOp::Info)
+    }
+}
+
+/// What one replica holds, for status displays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaInfo {
+    pub node: NodeId,
+    pub desc: RangeDesc,
+    /// The leader this replica knows of.
+    pub leader: Option<NodeId>,
+    /// Keys in the replica's tree.
+    pub keys: u64,
+    /// Applied log index.
+    pub applied: u64,
+    #[serde(with = "hex::serde")]
+    pub root: Vec<u8>,
 }
 
 /// A client request: the group and epoch it was routed by, and the operation.
@@ -120,6 +163,10 @@ pub enum ClientReply {
         value: Option<Vec<u8>>,
         proof: Vec<u8>,
     },
+    Nodes(Vec<NodeInfo>),
+    Info(ReplicaInfo),
+    /// A move finished: the range's descriptor after it.
+    Moved(RangeDesc),
     /// The request may or may not have taken effect.
     Unknown(String),
     /// Refused for good (bad input).
@@ -162,4 +209,8 @@ pub trait Transport: Send + Sync + 'static {
         to: NodeId,
         msg: Message,
     ) -> BoxFuture<'_, Result<Reply, NetError>>;
+
+    /// Learns (or updates) the address of node `id` (`host:port`); a transport without
+    /// addresses ignores it.
+    fn learn(&self, _id: NodeId, _addr: &str) {}
 }

@@ -7,10 +7,10 @@
 //! in the wrong range. A get is served only after a read barrier (read-index) and a re-check
 //! of the fence keys. On start a node reopens every group whose files it holds.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
@@ -24,7 +24,7 @@ use crate::msg::{
 use crate::raftnet::GroupNet;
 use crate::range::RangeState;
 use crate::sm::{group_dir, seed_group, GroupSm, LOG_FILE, SNAPSHOT_FILE};
-use crate::types::{typ, Command, GroupId, NodeId, RangeDesc, Response, DIRECTORY_GROUP};
+use crate::types::{typ, Command, GroupId, NodeId, NodeInfo, RangeDesc, Response, DIRECTORY_GROUP};
 
 /// How a node runs.
 #[derive(Clone)]
@@ -41,6 +41,12 @@ pub struct NodeOptions {
     pub unsafe_local_reads: bool,
     /// Period of the leader duties ([`Node::tick`]), in milliseconds.
     pub tick_ms: u64,
+    /// Run the rebalancer when this node leads the directory (see `rebalance`).
+    pub rebalance: bool,
+    /// Replicas per range the rebalancer keeps.
+    pub replicas: usize,
+    /// Nodes to ask for the directory when this node holds no replica of it.
+    pub seeds: Vec<NodeId>,
 }
 
 /// openraft settings for the simulation and tests (milliseconds).
@@ -63,7 +69,9 @@ pub fn raft_config(
 /// One node.
 pub struct Node {
     pub id: NodeId,
-    opts: NodeOptions,
+    /// This node itself, for tasks spawned from `&self` methods.
+    pub(crate) me: Weak<Node>,
+    pub(crate) opts: NodeOptions,
     pub(crate) transport: Arc<dyn Transport>,
     groups: Mutex<HashMap<GroupId, OpenraftGroup>>,
     /// Told of every group a split creates here.
@@ -71,6 +79,14 @@ pub struct Node {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Set by [`Node::shutdown`]: from then on the node serves nothing and starts nothing.
     stopped: AtomicBool,
+    /// Groups this node is moving a replica of (it leads them); see `moves`.
+    pub(crate) moving: Mutex<HashSet<GroupId>>,
+    /// Per led group with learners and no move here: the ticks they have been seen.
+    pub(crate) learner_ticks: Mutex<HashMap<GroupId, u32>>,
+    /// Set while the rebalancer's move is under way.
+    pub(crate) rebalancing: AtomicBool,
+    /// Replicas the last garbage check found removed (deleted if the next one agrees).
+    pub(crate) garbage: Mutex<std::collections::BTreeSet<GroupId>>,
 }
 
 impl Node {
@@ -82,20 +98,29 @@ impl Node {
     ) -> std::io::Result<Arc<Node>> {
         std::fs::create_dir_all(&opts.dir)?;
         let (tx, rx) = unbounded_channel();
-        let node = Arc::new(Node {
+        let node = Arc::new_cyclic(|me| Node {
             id,
+            me: me.clone(),
             opts,
             transport,
             groups: Mutex::default(),
             children: tx,
             tasks: Mutex::default(),
             stopped: AtomicBool::new(false),
+            moving: Mutex::default(),
+            learner_ticks: Mutex::default(),
+            rebalancing: AtomicBool::new(false),
+            garbage: Mutex::default(),
         });
         let mut ids = Vec::new();
         for entry in std::fs::read_dir(&node.opts.dir)? {
-            let name = entry?.file_name().to_string_lossy().into_owned();
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
             if let Some(g) = name.strip_prefix("group-").and_then(|g| g.parse::<GroupId>().ok()) {
                 ids.push(g);
+            } else if name.starts_with(crate::moves::REMOVED_PREFIX) {
+                // A tombstoned replica whose deletion a crash interrupted.
+                std::fs::remove_dir_all(entry.path())?;
             }
         }
         ids.sort_unstable();
@@ -118,6 +143,11 @@ impl Node {
         let mut dir = RangeState::new(RangeDesc::whole(DIRECTORY_GROUP, members.clone()), cap)
             .map_err(std::io::Error::other)?;
         dir.put_descriptor(&first);
+        for &id in members {
+            dir.apply(&Command::AddNode {
+                node: NodeInfo { id, addr: String::new(), draining: false },
+            });
+        }
         dir.next_group_id = 2;
         let range = RangeState::new(first, cap).map_err(std::io::Error::other)?;
         for data in [dir.export(), range.export()] {
@@ -169,6 +199,18 @@ impl Node {
         let group = OpenraftGroup { raft, sm, node: self.id };
         self.groups.lock().expect("not poisoned").insert(g, group);
         Ok(())
+    }
+
+    /// Stops and forgets the replica of group `g` (its files are the caller's business).
+    pub(crate) async fn stop_group(&self, g: GroupId) -> Option<OpenraftGroup> {
+        let group = self.groups.lock().expect("not poisoned").remove(&g)?;
+        let _ = group.raft.shutdown().await;
+        Some(group)
+    }
+
+    /// Keeps a spawned task, so that [`Node::shutdown`] aborts it.
+    pub(crate) fn keep_task(&self, t: JoinHandle<()>) {
+        self.tasks.lock().expect("not poisoned").push(t);
     }
 
     /// The replica of group `g` on this node.
@@ -231,6 +273,14 @@ impl Node {
         let Some(group) = self.group(g) else {
             return RaftReply::Refused(format!("node {} hosts no group {g}", self.id));
         };
+        if matches!(rpc, RaftRpc::Vote(_))
+            && group.sm.shared.lock().expect("not poisoned").last_applied.is_none()
+        {
+            // An empty replica (created by a message, or after this node deleted its replica)
+            // remembers nothing of the group: its vote could elect a candidate of a stale
+            // configuration. It votes once it has installed a snapshot.
+            return RaftReply::Refused(format!("node {}: an empty replica does not vote", self.id));
+        }
         let refused = |e: &dyn std::fmt::Display| RaftReply::Refused(e.to_string());
         match rpc {
             RaftRpc::Append(r) => {
@@ -253,6 +303,9 @@ impl Node {
 
     /// Serves one client request (see the module doc for the checks).
     pub async fn handle_client(&self, req: ClientRequest) -> ClientReply {
+        if req.op.is_admin() {
+            return self.handle_admin(req.group, req.op).await;
+        }
         let Some(group) = self.group(req.group) else { return ClientReply::NoGroup };
         if group.sm.shared.lock().expect("not poisoned").last_applied.is_none() {
             return ClientReply::NoGroup;
@@ -303,11 +356,20 @@ async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {
         },
         ClientOp::AllocGroupId => answer(group.propose(Command::AllocGroupId).await),
         ClientOp::Report(descs) => answer(group.propose(Command::Report { descs }).await),
+        ClientOp::AddNode(node) => answer(group.propose(Command::AddNode { node }).await),
+        ClientOp::Drain(id) => answer(group.propose(Command::Drain { id }).await),
+        ClientOp::Nodes => match group.read_barrier().await {
+            Ok(()) => {
+                ClientReply::Nodes(group.sm.shared.lock().expect("not poisoned").state.nodes())
+            }
+            Err(ProposeError::NotLeader(l)) => ClientReply::NotLeader(l),
+            Err(ProposeError::Unknown(e)) => ClientReply::Unknown(e),
+        },
         _ => ClientReply::Refused("data operation sent to the directory".into()),
     }
 }
 
-fn answer(r: Result<Response, ProposeError>) -> ClientReply {
+pub(crate) fn answer(r: Result<Response, ProposeError>) -> ClientReply {
     match r {
         Ok(Response::Done) | Ok(Response::Split { .. }) => ClientReply::Done,
         Ok(Response::Stale(d)) => ClientReply::Stale(d),

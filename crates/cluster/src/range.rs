@@ -79,10 +79,12 @@ impl RangeState {
                 self.next_group_id += 1;
                 (Response::GroupId(self.next_group_id - 1), None)
             }
+            Command::AddNode { node } if self.is_directory() => (self.add_node(node), None),
+            Command::Drain { id } if self.is_directory() => (self.drain(*id), None),
             _ if self.is_directory() => {
                 (Response::Refused("data command sent to the directory".into()), None)
             }
-            Command::AllocGroupId => {
+            Command::AllocGroupId | Command::AddNode { .. } | Command::Drain { .. } => {
                 (Response::Refused("directory command sent to a range".into()), None)
             }
             Command::Put { epoch, key, .. }
@@ -139,6 +141,11 @@ impl RangeState {
         if !self.desc.can_split_at(key) || new_id == self.desc.id {
             return (Response::Refused("split key or new id invalid".into()), None);
         }
+        if !self.desc.learners.is_empty() {
+            // A move is under way: the child would have to carry the learner too. Refused
+            // deterministically (the learners are part of the replicated descriptor).
+            return (Response::Refused("a move is in progress".into()), None);
+        }
         let moved: Vec<(Vec<u8>, Vec<u8>)> = self
             .tree
             .range(Bound::Included(key), Bound::Unbounded)
@@ -157,6 +164,7 @@ impl RangeState {
             end: std::mem::replace(&mut self.desc.end, key.to_vec()),
             epoch: self.desc.epoch,
             replicas: self.desc.replicas.clone(),
+            learners: Default::default(),
         };
         let child = RangeState { desc: right.clone(), tree: right_tree, next_group_id: 0 };
         let data = child.export();
@@ -260,6 +268,6 @@ impl RangeState {
     }
 }
 
-fn dir_key(start: &[u8]) -> Vec<u8> {
+pub(crate) fn dir_key(start: &[u8]) -> Vec<u8> {
     [DIR_RANGE_PREFIX, start].concat()
 }

@@ -26,7 +26,7 @@ use crate::client::{Client, ClientError, ClientOptions, ClientStats};
 use crate::history::{HexBytes, Kind, Op};
 use crate::log_store::Durability;
 use crate::node::{raft_config, NodeOptions};
-use crate::simcheck::{chaos, check, check_loop, converge, newest_descs, tiling};
+use crate::simcheck::{chaos, check, check_loop, converge, mover, newest_descs, tiling};
 use crate::simcluster::SimCluster;
 use crate::simnet::{Faults, SimNet};
 use crate::types::{NodeId, RangeDesc};
@@ -54,6 +54,13 @@ pub struct SimOptions {
     pub snapshot_every: u64,
     /// Inject stale reads (see `NodeOptions::unsafe_local_reads`), to show the checks fail.
     pub inject_stale_reads: bool,
+    /// Replicas per range: nodes `1..=replicas` are bootstrapped (the directory and the
+    /// first range); the others start empty and are registered in the directory.
+    pub replicas: u64,
+    /// Run the rebalancer on the directory leader.
+    pub rebalance: bool,
+    /// Move a random replica of a random range to a random node every 0.5-2 s (virtual).
+    pub moves: bool,
 }
 
 impl SimOptions {
@@ -75,6 +82,9 @@ impl SimOptions {
             lagging_node: false,
             snapshot_every: 500,
             inject_stale_reads: false,
+            replicas: 3,
+            rebalance: false,
+            moves: false,
         }
     }
 }
@@ -89,6 +99,9 @@ pub struct SimReport {
     pub stats: ClientStats,
     pub messages: u64,
     pub unknown: u64,
+    /// Random moves started, and those that completed.
+    pub moves_tried: u64,
+    pub moves_done: u64,
 }
 
 /// Runs one simulation to completion in its own virtual-time runtime.
@@ -114,10 +127,15 @@ pub(crate) fn node_options(opts: &SimOptions, id: NodeId) -> NodeOptions {
         capacity: opts.capacity,
         tick_ms: 200,
         unsafe_local_reads: opts.inject_stale_reads,
+        rebalance: opts.rebalance,
+        replicas: opts.replicas as usize,
+        seeds: (1..=opts.replicas).collect(),
     }
 }
 
 async fn simulate(opts: SimOptions) -> SimReport {
+    let mut opts = opts;
+    opts.replicas = opts.replicas.min(opts.nodes);
     let cluster = SimCluster::start(opts.clone()).await.expect("the cluster starts");
     let net = cluster.net.clone();
     let start = Instant::now();
@@ -128,6 +146,9 @@ async fn simulate(opts: SimOptions) -> SimReport {
     let chaos = opts
         .crashes
         .then(|| tokio::spawn(chaos(net.clone(), opts.clone(), report.clone(), done.clone())));
+    let mover = opts
+        .moves
+        .then(|| tokio::spawn(mover(net.clone(), opts.clone(), report.clone(), done.clone())));
     if opts.lagging_node {
         net.isolate(opts.nodes, true);
     }
@@ -146,8 +167,8 @@ async fn simulate(opts: SimOptions) -> SimReport {
         stats.directory_lookups += s.directory_lookups;
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
-    if let Some(ch) = chaos {
-        ch.await.expect("chaos task");
+    for task in [chaos, mover].into_iter().flatten() {
+        task.await.expect("chaos or mover task");
     }
     net.set_faults(Faults { loss: 0.0, max_delay_ms: 1 });
     net.isolate(opts.nodes, false);
@@ -176,7 +197,7 @@ fn make_client(opts: &SimOptions, net: &Arc<SimNet>, c: u64) -> Client {
         spread_reads: opts.inject_stale_reads,
         ..ClientOptions::default()
     };
-    Client::new(1000 + c, (1..=opts.nodes).collect(), net.clone(), copts)
+    Client::new(1000 + c, (1..=opts.replicas).collect(), net.clone(), copts)
 }
 
 fn key_of(i: u64) -> Vec<u8> {

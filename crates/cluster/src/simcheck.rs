@@ -10,7 +10,7 @@ use rand::Rng;
 use crate::node::Node;
 use crate::sim::{node_options, SimOptions, SimReport};
 use crate::simnet::SimNet;
-use crate::types::{GroupId, RangeDesc, DIRECTORY_GROUP};
+use crate::types::{GroupId, NodeId, RangeDesc, DIRECTORY_GROUP};
 
 /// The newest descriptor of every range group among the live replicas.
 pub fn newest_descs(net: &SimNet) -> BTreeMap<GroupId, RangeDesc> {
@@ -18,7 +18,8 @@ pub fn newest_descs(net: &SimNet) -> BTreeMap<GroupId, RangeDesc> {
     for node in net.live() {
         for g in node.groups() {
             let d = g.sm.desc();
-            if d.id == DIRECTORY_GROUP {
+            let empty = g.sm.shared.lock().expect("not poisoned").last_applied.is_none();
+            if d.id == DIRECTORY_GROUP || empty {
                 continue;
             }
             let newer = match newest.get(&d.id) {
@@ -79,7 +80,8 @@ pub async fn check(net: &SimNet, gaps: &mut HashMap<String, u32>) -> Vec<String>
 }
 
 fn check_roots(net: &SimNet) -> Vec<String> {
-    let mut roots: HashMap<(GroupId, u64), ([u8; 32], u64)> = HashMap::new();
+    type Seen = ([u8; 32], u64, String);
+    let mut roots: HashMap<(GroupId, u64), Seen> = HashMap::new();
     let mut out = Vec::new();
     for node in net.live() {
         for g in node.groups() {
@@ -87,13 +89,21 @@ fn check_roots(net: &SimNet) -> Vec<String> {
             let Some(applied) = s.last_applied else { continue };
             let root = s.state.tree.root_hash();
             let id = s.state.desc.id;
+            let d = &s.state.desc;
+            let what = format!(
+                "log id {applied}, epoch {:?}, voters {:?}, learners {:?}, keys {}",
+                d.epoch,
+                d.replicas,
+                d.learners,
+                s.state.tree.len()
+            );
             match roots.get(&(id, applied.index)) {
-                Some((r, other)) if *r != root => out.push(format!(
-                    "group {id} at index {}: node {} and node {other} hold different roots",
+                Some((r, other, theirs)) if *r != root => out.push(format!(
+                    "group {id} at index {}: node {} ({what}) and node {other} ({theirs}) hold different roots",
                     applied.index, node.id
                 )),
                 _ => {
-                    roots.insert((id, applied.index), (root, node.id));
+                    roots.insert((id, applied.index), (root, node.id, what));
                 }
             }
         }
@@ -141,6 +151,40 @@ pub(crate) async fn chaos(
             net.isolate(victim, true);
             tokio::time::sleep(Duration::from_millis(down)).await;
             net.isolate(victim, false);
+        }
+    }
+}
+
+/// Moves a random replica of a random range to a random other node, one move at a time,
+/// every 0.5-2 s (virtual), until `done`; a move is abandoned after 10 s.
+pub(crate) async fn mover(
+    net: Arc<SimNet>,
+    opts: SimOptions,
+    report: Arc<Mutex<SimReport>>,
+    done: Arc<AtomicBool>,
+) {
+    while !done.load(Ordering::SeqCst) {
+        let (pause, pick) = net.draw(|r| (r.gen_range(500..2000), r.gen::<u64>()));
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let descs: Vec<RangeDesc> = newest_descs(&net).into_values().collect();
+        let Some(d) = descs.get(pick as usize % descs.len().max(1)) else { continue };
+        let voters: Vec<NodeId> = d.replicas.iter().copied().collect();
+        let targets: Vec<NodeId> = (1..=opts.nodes).filter(|n| !d.replicas.contains(n)).collect();
+        if voters.is_empty() || targets.is_empty() {
+            continue;
+        }
+        let from = voters[(pick >> 16) as usize % voters.len()];
+        let to = targets[(pick >> 32) as usize % targets.len()];
+        let leader = net.live().into_iter().find(|n| {
+            n.group(d.id).is_some_and(|g| crate::consensus::Consensus::leader(&g) == Some(n.id))
+        });
+        let Some(leader) = leader else { continue };
+        report.lock().expect("not poisoned").moves_tried += 1;
+        let moved =
+            tokio::time::timeout(Duration::from_secs(10), leader.move_replica(d.id, from, to))
+                .await;
+        if matches!(moved, Ok(Ok(_))) {
+            report.lock().expect("not poisoned").moves_done += 1;
         }
     }
 }

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use crate::client::{Client, ClientOptions};
 use crate::consensus::{Consensus, OpenraftGroup};
+use crate::msg::{ClientOp, ClientReply};
 use crate::node::Node;
 use crate::sim::{node_options, SimOptions};
 use crate::simcheck::{converge, newest_descs, tiling};
 use crate::simnet::SimNet;
-use crate::types::{GroupId, NodeId, RangeDesc};
+use crate::types::{GroupId, NodeId, NodeInfo, RangeDesc};
 
 /// Nodes `1..=opts.nodes` on one simulated network.
 pub struct SimCluster {
@@ -19,16 +20,48 @@ pub struct SimCluster {
 }
 
 impl SimCluster {
-    /// Opens and bootstraps every node.
+    /// Opens every node and bootstraps nodes `1..=opts.replicas`; the others start empty
+    /// and are registered in the directory.
     pub async fn start(opts: SimOptions) -> std::io::Result<Self> {
         let net = SimNet::new(opts.seed, opts.faults.clone());
-        let members = (1..=opts.nodes).collect();
+        let members = (1..=opts.replicas.min(opts.nodes)).collect();
         for id in 1..=opts.nodes {
             let node = Node::open(id, node_options(&opts, id), net.clone()).await?;
-            node.bootstrap(&members).await?;
+            if id <= opts.replicas {
+                node.bootstrap(&members).await?;
+            }
             net.attach(node);
         }
-        Ok(SimCluster { net, opts })
+        let cluster = SimCluster { net, opts };
+        for id in cluster.opts.replicas + 1..=cluster.opts.nodes {
+            cluster.add_node(id).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Registers node `id` in the directory (through node 1).
+    pub async fn add_node(&self, id: NodeId) -> std::io::Result<()> {
+        let node = self.net.node(1).ok_or_else(|| std::io::Error::other("node 1 is down"))?;
+        let info = NodeInfo { id, addr: String::new(), draining: false };
+        match node.directory_call(ClientOp::AddNode(info)).await {
+            Some(ClientReply::Done) => Ok(()),
+            other => Err(std::io::Error::other(format!("cannot register node {id}: {other:?}"))),
+        }
+    }
+
+    /// Marks node `id` as draining (through node 1).
+    pub async fn drain(&self, id: NodeId) -> std::io::Result<()> {
+        let node = self.net.node(1).ok_or_else(|| std::io::Error::other("node 1 is down"))?;
+        match node.directory_call(ClientOp::Drain(id)).await {
+            Some(ClientReply::Done) => Ok(()),
+            other => Err(std::io::Error::other(format!("cannot drain node {id}: {other:?}"))),
+        }
+    }
+
+    /// The number of range replicas (not the directory's) each live node hosts.
+    pub fn replica_counts(&self) -> Vec<(NodeId, usize)> {
+        let ranges = |n: &Node| n.groups().iter().filter(|g| g.sm.desc().id != 0).count();
+        self.net.live().iter().map(|n| (n.id, ranges(n))).collect()
     }
 
     /// Takes node `id` off the network and stops it.
@@ -45,9 +78,9 @@ impl SimCluster {
         Ok(())
     }
 
-    /// A client of the cluster.
+    /// A client of the cluster (asking the bootstrapped nodes for the directory).
     pub fn client(&self, id: u64, opts: ClientOptions) -> Client {
-        Client::new(id, (1..=self.opts.nodes).collect(), self.net.clone(), opts)
+        Client::new(id, (1..=self.opts.replicas).collect(), self.net.clone(), opts)
     }
 
     /// The live leader of group `g` and its replica, waiting up to `limit` for one.

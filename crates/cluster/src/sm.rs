@@ -114,7 +114,10 @@ pub fn seed_group(node_dir: &Path, data: &SnapshotData) -> std::io::Result<()> {
         .as_ref()
         .ok_or_else(|| std::io::Error::other("initial state without descriptor"))?;
     let dir = group_dir(node_dir, desc.id);
-    if dir.join(SNAPSHOT_FILE).exists() {
+    if dir.join(SNAPSHOT_FILE).exists() || tombstone_file(node_dir, desc.id).exists() {
+        // Exists already, or was moved away from this node: a split re-applied after a
+        // restart must not bring back a removed replica with its initial membership (it
+        // would vote with no memory of the group's later configurations).
         return Ok(());
     }
     std::fs::create_dir_all(&dir)?;
@@ -128,6 +131,11 @@ pub fn seed_group(node_dir: &Path, data: &SnapshotData) -> std::io::Result<()> {
     };
     let file = SnapshotFile { meta, data: data.clone() };
     write_atomic(&dir.join(SNAPSHOT_FILE), &serde_json::to_vec(&file)?)
+}
+
+/// The marker a node leaves when it deletes its replica of group `id` (see `moves`).
+pub fn tombstone_file(node_dir: &Path, id: GroupId) -> PathBuf {
+    node_dir.join(format!("tombstone-{id}"))
 }
 
 /// Reads a JSON file if it exists; a file that does not decode is an error, not absence.
@@ -181,6 +189,8 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
             let resp = match entry.payload {
                 EntryPayload::Blank => Response::Done,
                 EntryPayload::Membership(m) => {
+                    let [voters, learners] = crate::directory::members(&m);
+                    s.state.set_membership(voters, learners);
                     s.membership = typ::StoredMembership::new(Some(entry.log_id), m);
                     Response::Done
                 }

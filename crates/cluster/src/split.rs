@@ -18,19 +18,29 @@ use crate::node::Node;
 use crate::types::{Command, Epoch, GroupId, NodeId, RangeDesc, Response, DIRECTORY_GROUP};
 
 impl Node {
-    /// One round of leader duties; `report` also sends every led range's descriptor.
+    /// One round of leader duties; `report` also sends every led range's descriptor, and
+    /// runs the node's housekeeping (addresses, garbage, the rebalancer: see `cleanup`).
     pub async fn tick(self: &Arc<Self>, split_keys: u64, report: bool) {
         for group in self.groups() {
             let desc = group.sm.desc();
             if desc.id == DIRECTORY_GROUP || group.leader() != Some(self.id) {
                 continue;
             }
+            if self.roll_back_learners(&group, &desc).await {
+                continue;
+            }
+            let moving = self.moving.lock().expect("not poisoned").contains(&desc.id);
             let len = group.sm.shared.lock().expect("not poisoned").state.tree.len();
-            if len > split_keys {
+            if len > split_keys && !moving {
                 self.split(&group).await;
             } else if report {
                 self.report(vec![desc]).await;
             }
+        }
+        if report {
+            self.learn_addresses();
+            self.collect_garbage().await;
+            self.maybe_rebalance();
         }
     }
 
@@ -81,9 +91,8 @@ impl Node {
             if round > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(100 * u64::from(round))).await;
             }
-            let g = self.group(DIRECTORY_GROUP)?;
-            let hint = g.leader();
-            let mut members: Vec<NodeId> = g.sm.desc().replicas.into_iter().collect();
+            let hint = self.group(DIRECTORY_GROUP).and_then(|g| g.leader());
+            let mut members = self.directory_members();
             members.sort_by_key(|n| Some(*n) != hint);
             for n in members {
                 if let Some(r) = self.directory_try(n, &req).await {
@@ -92,6 +101,15 @@ impl Node {
             }
         }
         None
+    }
+
+    /// The directory's replicas as this node knows them: from its own directory replica,
+    /// else the seeds it was started with.
+    pub fn directory_members(&self) -> Vec<NodeId> {
+        match self.group(DIRECTORY_GROUP) {
+            Some(g) => g.sm.desc().replicas.into_iter().collect(),
+            None => self.opts.seeds.clone(),
+        }
     }
 
     async fn directory_try(&self, n: NodeId, req: &ClientRequest) -> Option<ClientReply> {

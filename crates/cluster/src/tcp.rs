@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::msg::{BoxFuture, Message, NetError, Reply, Transport};
+use crate::msg::{BoxFuture, ClientOp, Message, NetError, Reply, Transport};
 use crate::node::Node;
 use crate::types::NodeId;
 
@@ -80,20 +80,27 @@ pub async fn serve(node: Arc<Node>, listener: TcpListener) {
     }
 }
 
-/// A TCP transport to a fixed set of peers.
+/// How long a `Move` request may take (it waits for a snapshot transfer and three
+/// membership changes), instead of the transport's timeout.
+pub const MOVE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A TCP transport to a set of peers, which grows as addresses are learned.
 pub struct TcpTransport {
-    peers: HashMap<NodeId, SocketAddr>,
+    peers: Mutex<HashMap<NodeId, SocketAddr>>,
     pool: Mutex<HashMap<NodeId, Vec<TcpStream>>>,
     timeout: Duration,
 }
 
 impl TcpTransport {
     pub fn new(peers: HashMap<NodeId, SocketAddr>, timeout: Duration) -> Arc<Self> {
-        Arc::new(TcpTransport { peers, pool: Mutex::default(), timeout })
+        Arc::new(TcpTransport { peers: Mutex::new(peers), pool: Mutex::default(), timeout })
     }
 
     async fn call(&self, from: NodeId, to: NodeId, msg: Message) -> Result<Reply, NetError> {
-        let addr = *self.peers.get(&to).ok_or(NetError::Unreachable(to))?;
+        let addr = self.peers.lock().expect("not poisoned").get(&to).copied();
+        let addr = addr.ok_or(NetError::Unreachable(to))?;
+        let is_move = matches!(&msg, Message::Client(r) if matches!(r.op, ClientOp::Move { .. }));
+        let timeout = if is_move { MOVE_TIMEOUT } else { self.timeout };
         let pooled = self.pool.lock().expect("not poisoned").get_mut(&to).and_then(Vec::pop);
         let mut stream = match pooled {
             Some(s) => s,
@@ -111,7 +118,7 @@ impl TcpTransport {
             write_frame(&mut stream, &bytes).await?;
             read_frame(&mut stream).await
         };
-        let frame = match tokio::time::timeout(self.timeout, exchange).await {
+        let frame = match tokio::time::timeout(timeout, exchange).await {
             Ok(Ok(Some(f))) => f,
             _ => return Err(NetError::Timeout(to)),
         };
@@ -129,5 +136,14 @@ impl Transport for TcpTransport {
         msg: Message,
     ) -> BoxFuture<'_, Result<Reply, NetError>> {
         Box::pin(self.call(from, to, msg))
+    }
+
+    fn learn(&self, id: NodeId, addr: &str) {
+        let Ok(addr) = addr.parse::<SocketAddr>() else { return };
+        let mut peers = self.peers.lock().expect("not poisoned");
+        if peers.insert(id, addr) != Some(addr) {
+            // A changed address: forget the pooled connections to the old one.
+            self.pool.lock().expect("not poisoned").remove(&id);
+        }
     }
 }

@@ -49,13 +49,24 @@ pub struct RangeDesc {
     #[serde(with = "hex::serde")]
     pub end: Vec<u8>,
     pub epoch: Epoch,
+    /// The voters (during a joint configuration, the voters of both halves).
     pub replicas: BTreeSet<NodeId>,
+    /// Non-voting replicas catching up (a move in progress); clients never route to them.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub learners: BTreeSet<NodeId>,
 }
 
 impl RangeDesc {
     /// The descriptor of the whole key space, for a cluster's first range group.
     pub fn whole(id: GroupId, replicas: BTreeSet<NodeId>) -> Self {
-        RangeDesc { id, start: Vec::new(), end: Vec::new(), epoch: Epoch::default(), replicas }
+        RangeDesc {
+            id,
+            start: Vec::new(),
+            end: Vec::new(),
+            epoch: Epoch::default(),
+            replicas,
+            learners: BTreeSet::new(),
+        }
     }
 
     /// Whether `key` lies within `[start, end)` (the fence keys).
@@ -100,6 +111,21 @@ pub enum Command {
     Report { descs: Vec<RangeDesc> },
     /// Directory only: hand out a fresh group id.
     AllocGroupId,
+    /// Directory only: register a node (or change its address); a registered node receives
+    /// replicas from the rebalancer.
+    AddNode { node: NodeInfo },
+    /// Directory only: mark a node as draining; the rebalancer moves every replica away.
+    Drain { id: NodeId },
+}
+
+/// A node as the directory knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: NodeId,
+    /// `host:port` for the TCP transport (empty in the simulation).
+    pub addr: String,
+    /// Set by `Drain`: the node receives no new replicas and loses the ones it has.
+    pub draining: bool,
 }
 
 /// One operation of an atomic batch.

@@ -110,6 +110,7 @@ fn the_directory_keeps_the_newest_descriptor_and_finds_ranges() {
         end: Vec::new(),
         epoch: left.epoch,
         replicas: left.replicas.clone(),
+        learners: BTreeSet::new(),
     };
     assert_eq!(
         dir.apply(&Command::Report { descs: vec![left.clone(), right.clone()] }).0,
@@ -134,6 +135,7 @@ fn tiling_finds_overlaps_and_gaps() {
         end: e.as_bytes().to_vec(),
         epoch: Epoch::default(),
         replicas: BTreeSet::new(),
+        learners: BTreeSet::new(),
     };
     assert_eq!(tiling(&[d(1, "", "m"), d(2, "m", "")]), (vec![], vec![]));
     let (o, g) = tiling(&[d(1, "", "n"), d(2, "m", "")]);

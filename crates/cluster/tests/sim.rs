@@ -120,3 +120,35 @@ fn without_a_cache_every_request_asks_the_directory() {
         r.stats
     );
 }
+
+#[test]
+fn random_moves_under_faults_keep_the_invariants() {
+    // A fourth node: every range can move; crashes, partitions and loss as above.
+    let seeds = std::env::var("BAVL_CLUSTER_MOVE_SEEDS").ok().and_then(|s| {
+        let (a, b) = s.split_once("..")?;
+        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
+    });
+    let mut moved = 0;
+    for seed in seeds.unwrap_or(41..43) {
+        let dir = tempfile::tempdir().unwrap();
+        let o = SimOptions { nodes: 4, moves: true, ..options(seed, dir.path(), true) };
+        let r = run(o);
+        eprintln!(
+            "seed {seed}: ranges {} faults {} moves {}/{} unknown {} stats {:?}",
+            r.ranges.len(),
+            r.faults_injected,
+            r.moves_done,
+            r.moves_tried,
+            r.unknown,
+            r.stats
+        );
+        assert_sound(&r, &format!("moves, seed {seed}"));
+        moved += r.moves_done;
+        // BAVL_CLUSTER_MOVES_HISTORY=path: the last seed's history, for lab/lincheck.
+        if let Ok(path) = std::env::var("BAVL_CLUSTER_MOVES_HISTORY") {
+            let mut f = std::fs::File::create(path).unwrap();
+            write_jsonl(&r.history, &mut f).unwrap();
+        }
+    }
+    assert!(moved > 0, "no move completed");
+}

@@ -1,13 +1,16 @@
 //! Three nodes in one process over real TCP on loopback, with fsynced logs: writes, splits,
-//! reads back, and a node restarted from its files.
+//! reads back, a node restarted from its files, and a fourth node joining (ranges move to
+//! it).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use bavl_cluster::client::{Client, ClientOptions};
 use bavl_cluster::log_store::Durability;
+use bavl_cluster::msg::{ClientOp, ClientReply};
 use bavl_cluster::node::{raft_config, Node, NodeOptions};
 use bavl_cluster::tcp::{serve, TcpTransport};
+use bavl_cluster::types::NodeInfo;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
@@ -27,6 +30,9 @@ async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
         capacity: 8,
         unsafe_local_reads: false,
         tick_ms: 100,
+        rebalance: true,
+        replicas: 3,
+        seeds: vec![1, 2, 3],
     };
     let members: BTreeSet<u64> = (1..=3).collect();
     let mut servers = HashMap::new();
@@ -78,6 +84,30 @@ async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
     for d in &ranges {
         assert!(node.group(d.id).is_some(), "node 1 lacks group {} after restart", d.id);
     }
+    // A fourth node joins: the others learn its address from the directory's node list, the
+    // rebalancer moves replicas to it, and every key is still read back.
+    let l4 = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr4 = l4.local_addr().unwrap();
+    let mut peers4 = peers.clone();
+    peers4.insert(4, addr4);
+    let n4 =
+        Node::open(4, opts(4), TcpTransport::new(peers4, Duration::from_secs(2))).await.unwrap();
+    servers.insert(4, tokio::spawn(serve(n4.clone(), l4)));
+    client.learn(4, &addr4.to_string());
+    let info = NodeInfo { id: 4, addr: addr4.to_string(), draining: false };
+    assert_eq!(client.directory(ClientOp::AddNode(info)).await, Some(ClientReply::Done));
+    let hosted = |n: &Node| n.groups().iter().filter(|g| g.sm.desc().id != 0).count();
+    for _ in 0..300 {
+        if hosted(&n4) >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(hosted(&n4) >= 2, "node 4 received {} replicas", hosted(&n4));
+    for i in 0..150 {
+        assert_eq!(client.get(&key(i)).await.unwrap(), Some(i.to_le_bytes().to_vec()), "key {i}");
+    }
+    n4.shutdown().await;
     node.shutdown().await;
     for (_, n) in nodes {
         n.shutdown().await;

@@ -8,7 +8,7 @@
 //! cache on and off; chunk capacities; retries and directory load while ranges split; and
 //! the linearizability of histories recorded while node processes are killed with SIGKILL
 //! and restarted. Modelled: throughput on machines with enough cores, from the measured
-//! per-operation costs (`model.rs`, formula in the JSON and in docs/cluster.md §10).
+//! per-operation costs (`model.rs`, formula in the JSON and in docs/cluster.md §11).
 //!
 //! `--quick` is the CI smoke (small state, short phases; writes under `--out`).
 #![forbid(unsafe_code)]

@@ -13,7 +13,7 @@ use bavl_cluster::tcp::{serve, TcpTransport};
 use bavl_cluster::types::NodeId;
 use clap::{Parser, Subcommand};
 
-use crate::demo;
+use crate::{admin, demo};
 
 /// Key ranges of bavl trees, each replicated by its own Raft group (openraft), with a
 /// directory group and a routing client. See docs/cluster.md.
@@ -40,7 +40,8 @@ enum Cmd {
         #[command(flatten)]
         peers: Peers,
         /// On an empty directory, create the directory group and the first range on all
-        /// the peers (give it to every node of a new cluster).
+        /// the peers (give it to every node of a new cluster; not to a node joining later,
+        /// which starts empty and is registered with `add-node`).
         #[arg(long)]
         bootstrap: bool,
         #[command(flatten)]
@@ -68,10 +69,30 @@ enum Cmd {
         key: String,
         value: Option<String>,
     },
-    /// The directory's ranges: id, fence keys, epoch, replicas.
+    /// Every range: id, fence keys, epochs (conf_ver/version), leader, voters, learners,
+    /// keys and applied index (asked of each replica); then the registered nodes.
     Status {
         #[command(flatten)]
         peers: Peers,
+    },
+    /// Register a node (already started, without --bootstrap) in the directory; the
+    /// rebalancer then moves ranges to it.
+    AddNode {
+        #[command(flatten)]
+        peers: Peers,
+        /// The new node's id.
+        #[arg(long)]
+        id: NodeId,
+        /// The new node's host:port.
+        #[arg(long)]
+        addr: SocketAddr,
+    },
+    /// Mark a node as draining: the rebalancer moves every range replica away from it.
+    Drain {
+        #[command(flatten)]
+        peers: Peers,
+        #[arg(long)]
+        id: NodeId,
     },
     /// A local cluster loaded with keys, splitting, a node killed and restarted, every
     /// key read back and checked; prints what happened.
@@ -112,6 +133,12 @@ pub struct Tuning {
     /// when the machine, not just the process, goes down).
     #[arg(long)]
     no_fsync: bool,
+    /// Replicas per range the rebalancer keeps.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Do not run the rebalancer on this node (when it leads the directory).
+    #[arg(long)]
+    no_rebalance: bool,
 }
 
 impl Peers {
@@ -152,7 +179,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Client { peers, op, key, value } => {
             client_op(&peers, &op, &key, value.as_deref()).await
         }
-        Cmd::Status { peers } => status(&peers).await,
+        Cmd::Status { peers } => admin::status(&peers).await,
+        Cmd::AddNode { peers, id, addr } => admin::add_node(&peers, id, addr).await,
+        Cmd::Drain { peers, id } => admin::drain(&peers, id).await,
         Cmd::Demo { dir, nodes, base_port, keys, no_fsync } => {
             demo::run(&dir, nodes, base_port, keys, no_fsync).await
         }
@@ -190,6 +219,9 @@ async fn run_node(
         capacity: t.capacity,
         unsafe_local_reads: false,
         tick_ms: 500,
+        rebalance: !t.no_rebalance,
+        replicas: t.replicas,
+        seeds: peers.keys().copied().filter(|p| *p != id).collect(),
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -251,33 +283,4 @@ async fn client_op(peers: &Peers, op: &str, key: &str, value: Option<&str>) -> a
         c.stats.retries, c.stats.stale, c.stats.not_leader
     );
     Ok(())
-}
-
-async fn status(peers: &Peers) -> anyhow::Result<()> {
-    let mut c = client_for(&peers.parse()?, std::process::id() as u64);
-    let ranges = c.ranges().await.context("no node answered for the directory")?;
-    print_ranges(&ranges);
-    Ok(())
-}
-
-pub fn print_ranges(ranges: &[bavl_cluster::types::RangeDesc]) {
-    println!("{:>5}  {:>24}  {:>24}  {:>9}  replicas", "group", "start", "end", "epoch");
-    for d in ranges {
-        let show = |k: &[u8]| {
-            if k.is_empty() {
-                "-".to_string()
-            } else {
-                String::from_utf8_lossy(k).into_owned()
-            }
-        };
-        let epoch = format!("{}/{}", d.epoch.conf_ver, d.epoch.version);
-        println!(
-            "{:>5}  {:>24}  {:>24}  {:>9}  {:?}",
-            d.id,
-            show(&d.start),
-            show(&d.end),
-            epoch,
-            d.replicas
-        );
-    }
 }

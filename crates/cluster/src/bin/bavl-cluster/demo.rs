@@ -6,7 +6,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use bavl_cluster::types::NodeId;
+use bavl_cluster::client::Client;
+use bavl_cluster::msg::{ClientOp, ClientReply};
+use bavl_cluster::types::{NodeId, NodeInfo};
 
 /// Node processes `1..=n` listening on `base_port + id`.
 pub struct LocalCluster {
@@ -14,6 +16,8 @@ pub struct LocalCluster {
     dir: PathBuf,
     args: Vec<String>,
     children: HashMap<NodeId, Child>,
+    /// Nodes `1..=first` bootstrap the cluster.
+    first: u64,
 }
 
 impl LocalCluster {
@@ -29,6 +33,7 @@ impl LocalCluster {
             dir: dir.to_path_buf(),
             args: tuning.to_vec(),
             children: HashMap::new(),
+            first: n,
         };
         for id in 1..=n {
             c.spawn(id)?;
@@ -36,11 +41,30 @@ impl LocalCluster {
         Ok(c)
     }
 
+    /// Starts one more node (empty, not bootstrapped) on `base_port + id`; it still has to
+    /// be registered (`add-node`). Returns its address.
+    pub fn join(&mut self, id: NodeId, base_port: u16) -> anyhow::Result<String> {
+        let addr = format!("127.0.0.1:{}", u64::from(base_port) + id);
+        self.peers = format!("{},{id}={addr}", self.peers);
+        self.spawn(id)?;
+        Ok(addr)
+    }
+
     fn spawn(&mut self, id: NodeId) -> anyhow::Result<()> {
         let exe = std::env::current_exe().context("cannot find this executable")?;
-        let log = std::fs::File::create(self.dir.join(format!("node-{id}.log")))?;
-        let child = Command::new(exe)
-            .args(["node", "--id", &id.to_string(), "--peers", &self.peers, "--bootstrap", "--dir"])
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("node-{id}.log")))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["node", "--id", &id.to_string(), "--peers", &self.peers]);
+        // The first nodes bootstrap (which acts only on an empty directory); a node that
+        // joins later starts empty.
+        if id <= self.first {
+            cmd.arg("--bootstrap");
+        }
+        let child = cmd
+            .arg("--dir")
             .arg(self.dir.join(format!("node-{id}")))
             .args(&self.args)
             .stdout(Stdio::null())
@@ -106,19 +130,31 @@ pub async fn run(
     let mut client = crate::cli::client_for(&peers, 1);
     let mut model = Model::new();
     let t0 = Instant::now();
-    write(&mut client, &mut model, 0..keys / 2).await;
-    println!("wrote {} keys in {:.1?}", keys / 2, t0.elapsed());
+    let (half, three_quarters) = (keys / 2, keys / 4 * 3);
+    write(&mut client, &mut model, 0..half).await;
+    println!("wrote {half} keys in {:.1?}", t0.elapsed());
     let victim = 1;
     cluster.kill(victim);
     println!("killed node {victim} (SIGKILL); writing on");
-    write(&mut client, &mut model, keys / 2..keys).await;
+    write(&mut client, &mut model, half..three_quarters).await;
     cluster.restart(victim)?;
-    println!("restarted node {victim}; reading every key back");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (checked, wrong) = verify(&mut client, &model).await;
-    if let Some(ranges) = client.ranges().await {
-        crate::cli::print_ranges(&ranges);
+    println!("restarted node {victim}");
+    let new = nodes + 1;
+    let addr = cluster.join(new, base_port)?;
+    client.learn(new, &addr);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let info = NodeInfo { id: new, addr: addr.clone(), draining: false };
+    match client.directory(ClientOp::AddNode(info)).await {
+        Some(ClientReply::Done) => {
+            println!("started node {new} ({addr}) and registered it; writing on while ranges move")
+        }
+        other => bail!("node {new} was not registered: {other:?}"),
     }
+    write(&mut client, &mut model, three_quarters..keys).await;
+    let moved = wait_balanced(&mut client, new).await;
+    println!("node {new} holds {moved} range replicas; reading every key back");
+    let (checked, wrong) = verify(&mut client, &model).await;
+    crate::admin::status(&crate::cli::Peers::from_list(&cluster.peers)).await?;
     let s = &client.stats;
     let unknown = model.values().filter(|(_, sure)| !sure).count();
     println!(
@@ -135,7 +171,44 @@ pub async fn run(
     if wrong > 0 {
         bail!("{wrong} reads did not match what was written");
     }
+    if moved == 0 {
+        bail!("no range moved to node {new}");
+    }
     Ok(())
+}
+
+/// Waits (up to 2 minutes) until the directory shows the range replicas spread evenly with
+/// node `new` among the holders; returns how many node `new` holds.
+async fn wait_balanced(client: &mut Client, new: NodeId) -> usize {
+    let start = Instant::now();
+    let mut last = usize::MAX;
+    loop {
+        let ranges = client.ranges().await.unwrap_or_default();
+        let mut load: HashMap<NodeId, usize> = (1..=new).map(|n| (n, 0)).collect();
+        for d in &ranges {
+            for n in &d.replicas {
+                *load.entry(*n).or_default() += 1;
+            }
+        }
+        let here = load[&new];
+        if here != last {
+            println!("  {:>5.1?}: replicas per node {:?}", start.elapsed(), sorted(&load));
+            last = here;
+        }
+        let (max, min) = (load.values().max(), load.values().min());
+        if max.zip(min).is_some_and(|(a, b)| *a <= *b + 1)
+            || start.elapsed() > Duration::from_secs(120)
+        {
+            return here;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn sorted(load: &HashMap<NodeId, usize>) -> Vec<(NodeId, usize)> {
+    let mut v: Vec<_> = load.iter().map(|(a, b)| (*a, *b)).collect();
+    v.sort_unstable();
+    v
 }
 
 async fn write(

@@ -1,6 +1,7 @@
 //! `bavl-cluster`: run a cluster node over TCP, a local cluster of node processes on
 //! loopback, a client, the status of the ranges, and a one-command demo.
 
+mod admin;
 mod cli;
 mod demo;
 

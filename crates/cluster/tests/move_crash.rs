@@ -1,0 +1,162 @@
+//! A node killed at each step of a move (the range's leader, the replica being moved away,
+//! or the target): the move is then finished by whoever leads, and the cluster converges —
+//! every replica at one applied index and root, the ranges tiling the key space, the old
+//! replica deleted, the directory up to date — with every acknowledged write read back.
+
+use std::time::Duration;
+
+use bavl_cluster::client::ClientOptions;
+use bavl_cluster::consensus::Consensus;
+use bavl_cluster::sim::{runtime, SimOptions};
+use bavl_cluster::simcluster::SimCluster;
+use bavl_cluster::simnet::Faults;
+use bavl_cluster::types::NodeId;
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// The learner was added and has caught up.
+    AfterLearner,
+    /// The learner was added; its snapshot is in flight.
+    DuringSnapshot,
+    /// The learner was promoted to voter (four voters).
+    AfterPromotion,
+    /// The removal of the old voter was proposed and has not finished.
+    DuringRemoval,
+    /// The old voter was removed; the directory was not told, nor the old replica.
+    BeforeDirectoryUpdate,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Victim {
+    Leader,
+    /// The replica being moved away (a follower).
+    Source,
+    /// The node receiving the replica.
+    Target,
+}
+
+const TARGET: NodeId = 4;
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:04}").into_bytes()
+}
+
+async fn scenario(step: Step, victim: Victim) {
+    let label = format!("{step:?}/{victim:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions {
+        nodes: 4,
+        split_keys: u64::MAX,
+        // Slow enough links that a snapshot is in flight for a while.
+        faults: Faults { loss: 0.0, max_delay_ms: 30 },
+        ..SimOptions::new(5, dir.path())
+    };
+    let cluster = SimCluster::start(opts).await.unwrap();
+    let mut client = cluster.client(1, ClientOptions::default());
+    let mut acked: Vec<u32> = Vec::new();
+    for i in 0..100 {
+        client.put(&key(i), &i.to_be_bytes()).await.unwrap();
+        acked.push(i);
+    }
+    let (leader, group) = cluster.leader(1, Duration::from_secs(5)).await.expect("a leader");
+    let from = *group.sm.desc().replicas.iter().find(|n| **n != leader.id).unwrap();
+    leader.move_add_learner(&group, TARGET).await.expect("learner added");
+    if !matches!(step, Step::DuringSnapshot) {
+        leader.move_catch_up(&group, TARGET, Duration::from_secs(10)).await.expect("caught up");
+    }
+    if matches!(step, Step::AfterPromotion | Step::DuringRemoval | Step::BeforeDirectoryUpdate) {
+        leader.move_promote(&group, TARGET).await.expect("promoted");
+    }
+    match step {
+        Step::DuringRemoval => {
+            let (l, g) = (leader.clone(), group.clone());
+            tokio::spawn(async move { l.move_remove(&g, from).await });
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+        Step::BeforeDirectoryUpdate => leader.move_remove(&group, from).await.expect("removed"),
+        _ => {}
+    }
+    let killed = match victim {
+        Victim::Leader => leader.id,
+        Victim::Source => from,
+        Victim::Target => TARGET,
+    };
+    let installed = cluster
+        .net
+        .node(TARGET)
+        .and_then(|n| n.group(1))
+        .is_some_and(|g| g.sm.shared.lock().unwrap().last_applied.is_some());
+    if matches!(step, Step::DuringSnapshot) {
+        // The kill must really fall inside the transfer.
+        assert!(!installed, "{label}: the snapshot was already installed");
+    }
+    cluster.crash(killed).await;
+    // Writes go on while the node is down; only acknowledged ones must survive.
+    for i in 100..120 {
+        if client.put(&key(i), &i.to_be_bytes()).await.is_ok() {
+            acked.push(i);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    cluster.restart(killed).await.unwrap();
+    // Whoever leads now finishes the move (a repeated step is skipped).
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        assert!(attempts < 40, "{label}: the move never completed");
+        if let Some((l, _)) = cluster.leader(1, Duration::from_secs(5)).await {
+            if l.move_replica(1, from, TARGET).await.is_ok() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    cluster.converge(Duration::from_secs(30)).await.unwrap_or_else(|e| panic!("{label}: {e}"));
+    let (ranges, problems) = cluster.ranges();
+    assert!(problems.is_empty(), "{label}: {problems:?}");
+    assert_eq!(ranges.len(), 1, "{label}: {ranges:?}");
+    let mut expect = group.sm.desc().replicas;
+    expect.retain(|n| *n != from);
+    expect.insert(TARGET);
+    assert_eq!(ranges[0].replicas, expect, "{label}");
+    assert!(ranges[0].learners.is_empty(), "{label}: {ranges:?}");
+    let mut cold =
+        cluster.client(2, ClientOptions { max_attempts: 100, ..ClientOptions::default() });
+    for i in &acked {
+        let got = cold.get(&key(*i)).await.unwrap();
+        assert_eq!(got, Some(i.to_be_bytes().to_vec()), "{label}: key {i}");
+    }
+    // Eventually the old replica is gone and the directory holds the new descriptor.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let gone = cluster.net.node(from).is_some_and(|n| n.group(1).is_none());
+        let listed = cold.ranges().await.is_some_and(|r| r.len() == 1 && r[0].replicas == expect);
+        if gone && listed {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{label}: old replica gone {gone}, directory updated {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (l, _) = cluster.leader(1, Duration::from_secs(5)).await.unwrap();
+    assert!(l.group(1).unwrap().leader() == Some(l.id));
+    cluster.shutdown().await;
+}
+
+#[test]
+fn killing_a_node_at_each_step_of_a_move_loses_nothing() {
+    let steps = [
+        Step::AfterLearner,
+        Step::DuringSnapshot,
+        Step::AfterPromotion,
+        Step::DuringRemoval,
+        Step::BeforeDirectoryUpdate,
+    ];
+    for step in steps {
+        for victim in [Victim::Leader, Victim::Source, Victim::Target] {
+            runtime().block_on(scenario(step, victim));
+        }
+    }
+}

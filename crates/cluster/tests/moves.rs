@@ -1,0 +1,132 @@
+//! Range moves by membership change, on a simulated 4-node cluster (3 replicas per range):
+//! a follower's and the leader's replica moved to the spare node; the rebalancer spreading
+//! ranges over an added node and emptying a drained one.
+
+use std::time::Duration;
+
+use bavl_cluster::client::ClientOptions;
+use bavl_cluster::consensus::Consensus;
+use bavl_cluster::sim::{runtime, SimOptions};
+use bavl_cluster::simcluster::SimCluster;
+use bavl_cluster::types::NodeId;
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:04}").into_bytes()
+}
+
+async fn write(cluster: &SimCluster, range: std::ops::Range<u32>) {
+    let mut client = cluster.client(1, ClientOptions::default());
+    for i in range {
+        client.put(&key(i), &i.to_be_bytes()).await.unwrap();
+    }
+}
+
+async fn read_back(cluster: &SimCluster, n: u32) {
+    let mut cold =
+        cluster.client(9, ClientOptions { max_attempts: 100, ..ClientOptions::default() });
+    for i in 0..n {
+        assert_eq!(cold.get(&key(i)).await.unwrap(), Some(i.to_be_bytes().to_vec()), "key {i}");
+    }
+}
+
+async fn move_one(leader_moves_itself: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions { nodes: 4, split_keys: u64::MAX, ..SimOptions::new(3, dir.path()) };
+    let cluster = SimCluster::start(opts).await.unwrap();
+    write(&cluster, 0..100).await;
+    let (leader, group) = cluster.leader(1, Duration::from_secs(5)).await.expect("a leader");
+    let before = group.sm.desc();
+    let from: NodeId = if leader_moves_itself {
+        leader.id
+    } else {
+        *before.replicas.iter().find(|n| **n != leader.id).unwrap()
+    };
+    let after = leader.move_replica(1, from, 4).await.expect("the move completes");
+    let mut expect = before.replicas.clone();
+    expect.remove(&from);
+    expect.insert(4);
+    assert_eq!(after.replicas, expect);
+    assert!(after.learners.is_empty());
+    // Three configuration changes: learner added, promoted, old voter removed.
+    assert_eq!(after.epoch.conf_ver, before.epoch.conf_ver + 3, "{after:?}");
+    assert_eq!(after.epoch.version, before.epoch.version);
+    // Writes go on, to the new replica set (through a client whose cache is stale).
+    write(&cluster, 100..130).await;
+    cluster.converge(Duration::from_secs(20)).await.unwrap();
+    let (ranges, problems) = cluster.ranges();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(ranges[0].replicas, expect);
+    // The old replica stopped serving and its files are gone.
+    let old = cluster.net.node(from).unwrap();
+    assert!(old.group(1).is_none(), "node {from} still hosts group 1");
+    let files = std::fs::read_dir(dir.path().join(format!("node-{from}"))).unwrap();
+    let names: Vec<String> =
+        files.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|n| n.contains("group-1")), "{names:?}");
+    // The new replica holds every key; the directory knows the new descriptor.
+    let new = cluster.net.node(4).unwrap().group(1).unwrap();
+    assert_eq!(new.sm.shared.lock().unwrap().state.tree.len(), 130);
+    let mut fresh = cluster.client(7, ClientOptions::default());
+    let dir_ranges = fresh.ranges().await.unwrap();
+    assert_eq!(dir_ranges[0].replicas, expect, "{dir_ranges:?}");
+    read_back(&cluster, 130).await;
+    // A repeated move finds the work done; an impossible one is refused.
+    let (l2, _) = cluster.leader(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(l2.move_replica(1, from, 4).await.unwrap().epoch, after.epoch);
+    assert!(l2.move_replica(1, from, from).await.is_err());
+    assert!(l2.group(1).unwrap().leader() == Some(l2.id));
+    cluster.shutdown().await;
+}
+
+#[test]
+fn a_follower_replica_moves_to_a_new_node() {
+    runtime().block_on(move_one(false));
+}
+
+#[test]
+fn the_leader_replica_moves_to_a_new_node() {
+    runtime().block_on(move_one(true));
+}
+
+async fn wait_for(cluster: &SimCluster, what: &str, ok: impl Fn(&[(NodeId, usize)]) -> bool) {
+    let start = tokio::time::Instant::now();
+    loop {
+        let counts = cluster.replica_counts();
+        if ok(&counts) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "{what}: {counts:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn rebalance() {
+    let dir = tempfile::tempdir().unwrap();
+    // Node 4 starts empty and registered: the rebalancer moves replicas to it.
+    let opts =
+        SimOptions { nodes: 4, split_keys: 40, rebalance: true, ..SimOptions::new(4, dir.path()) };
+    let cluster = SimCluster::start(opts).await.unwrap();
+    write(&cluster, 0..200).await;
+    let (ranges, _) = cluster.ranges();
+    assert!(ranges.len() >= 4, "too few ranges: {ranges:?}");
+    wait_for(&cluster, "spread over 4 nodes", |c| {
+        let max = c.iter().map(|x| x.1).max().unwrap();
+        let min = c.iter().map(|x| x.1).min().unwrap();
+        max <= min + 1 && c.iter().any(|x| x.0 == 4 && x.1 > 0)
+    })
+    .await;
+    cluster.drain(2).await.unwrap();
+    write(&cluster, 200..230).await;
+    wait_for(&cluster, "node 2 drained", |c| c.iter().any(|x| x.0 == 2 && x.1 == 0)).await;
+    cluster.converge(Duration::from_secs(20)).await.unwrap();
+    let (ranges, problems) = cluster.ranges();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert!(ranges.iter().all(|d| d.replicas.len() == 3 && !d.replicas.contains(&2)));
+    read_back(&cluster, 230).await;
+    cluster.shutdown().await;
+}
+
+#[test]
+fn the_rebalancer_fills_an_added_node_and_empties_a_drained_one() {
+    runtime().block_on(rebalance());
+}
