@@ -50,13 +50,15 @@ impl RangeState {
 
     /// Directory: one registered node.
     pub fn node(&self, id: NodeId) -> Option<NodeInfo> {
-        self.tree.get(&node_key(id)).and_then(|v| serde_json::from_slice(v).ok())
+        let value = self.tree.get(&node_key(id)).expect("the directory's tree is resident")?;
+        serde_json::from_slice(value).ok()
     }
 
     /// Directory: every registered node, by id.
     pub fn nodes(&self) -> Vec<NodeInfo> {
         self.tree
             .range(Bound::Included(DIR_NODE_PREFIX), Bound::Unbounded)
+            .expect("the directory's tree is resident")
             .take_while(|(k, _)| k.starts_with(DIR_NODE_PREFIX))
             .filter_map(|(_, v)| serde_json::from_slice(v).ok())
             .collect()

@@ -38,6 +38,8 @@ pub enum ChunkError {
 #[derive(Clone)]
 pub struct RangeState {
     pub desc: RangeDesc,
+    /// The range's entries, always in memory: nothing in this crate pages a chunk out
+    /// (`Tree::page_out`), so its reads never meet an absent chunk.
     pub tree: Tree,
     /// The directory's id counter (unused by range groups).
     pub next_group_id: u64,
@@ -181,7 +183,7 @@ impl RangeState {
         }
         for d in descs {
             let key = dir_key(&d.start);
-            let held = self.tree.get(&key).ok().flatten();
+            let held = self.tree.get(&key).expect("the directory's tree is resident");
             let held = held.and_then(|v| serde_json::from_slice::<RangeDesc>(v).ok());
             if held.as_ref().is_some_and(|h| h.id == d.id && !d.epoch.is_newer_than(&h.epoch)) {
                 continue;
@@ -205,8 +207,8 @@ impl RangeState {
     /// Directory: the descriptor held for the range containing `key`.
     pub fn lookup(&self, key: &[u8]) -> Option<RangeDesc> {
         let probe = dir_key(key);
-        let mut below = self.tree.range(Bound::Included(DIR_RANGE_PREFIX), Bound::Included(&probe));
-        let (k, v) = below.as_mut().ok()?.last()?;
+        let below = self.tree.range(Bound::Included(DIR_RANGE_PREFIX), Bound::Included(&probe));
+        let (k, v) = below.expect("the directory's tree is resident").last()?;
         let d: RangeDesc = serde_json::from_slice(v).ok()?;
         (k.starts_with(DIR_RANGE_PREFIX) && d.contains(key)).then_some(d)
     }

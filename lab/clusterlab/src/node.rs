@@ -76,6 +76,7 @@ pub fn initial_ranges(partitions: u64, keys: u64, members: &BTreeSet<NodeId>) ->
             end: cuts.get(i).cloned().unwrap_or_default(),
             epoch: Epoch::default(),
             replicas: members.clone(),
+            learners: BTreeSet::new(),
         })
         .collect()
 }
@@ -129,6 +130,11 @@ pub async fn run(a: NodeArgs) -> Result<()> {
         capacity: a.capacity,
         unsafe_local_reads: false,
         tick_ms: 500,
+        // Every group has a replica on every node: nothing for a rebalancer to move, and
+        // the placement stays what the experiment set.
+        rebalance: false,
+        replicas: peers.len(),
+        seeds: peers.keys().copied().filter(|p| *p != a.id).collect(),
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
