@@ -136,17 +136,16 @@ mod tests {
 
     use super::*;
 
-    /// A small budget and a tiny compaction threshold: files are compacted again and
-    /// again, old generations retired once the versions naming them are gone, and every
-    /// value (of the working tree and of the retained versions) reads back.
-    #[test]
-    fn compaction_keeps_every_version_readable_and_retires_old_files() {
+    /// 60 versions of 100 random writes on a tree paged with a budget of 0 and a tiny
+    /// compaction threshold, the last three versions retained (older ones retired);
+    /// `after` is called after each version. Then every retained version must read back
+    /// whole, from the page files, as the model had it.
+    fn drive(mut pager: Pager, seed: u64, mut after: impl FnMut(&Pager)) {
         let mut tree = Tree::with_capacity(8).unwrap();
-        let mut pager = Pager::new(&std::env::temp_dir(), 0).unwrap();
         pager.min_compact = 16 << 10;
         let mut model = BTreeMap::new();
         let mut retained = std::collections::VecDeque::new();
-        let mut x = 1u64;
+        let mut x = seed;
         for version in 1..=60u64 {
             for _ in 0..100 {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -165,7 +164,7 @@ mod tests {
                 retained.pop_front();
             }
             pager.retire(retained[0].0);
-            assert!(pager.files.0.len() <= 3, "old files are retired: {}", pager.files.0.len());
+            after(&pager);
         }
         assert!(pager.stats.compactions >= 3, "compacted: {:?}", pager.stats);
         for (_, snap, m) in &retained {
@@ -178,6 +177,17 @@ mod tests {
         }
     }
 
+    /// A small budget and a tiny compaction threshold: files are compacted again and
+    /// again, old generations retired once the versions naming them are gone, and every
+    /// value (of the working tree and of the retained versions) reads back.
+    #[test]
+    fn compaction_keeps_every_version_readable_and_retires_old_files() {
+        let pager = Pager::new(&std::env::temp_dir(), 0).unwrap();
+        drive(pager, 1, |p| {
+            assert!(p.files.0.len() <= 3, "old files are retired: {}", p.files.0.len());
+        });
+    }
+
     /// The same with durable chunk files (a writable store between checkpoints): the
     /// writer's file is compacted into the next one, and a retired file is deleted from
     /// the backend once no retained version names it.
@@ -185,42 +195,11 @@ mod tests {
     fn the_writers_chunk_file_is_compacted_and_deleted() {
         let mem = crate::MemBackend::new();
         let backend: std::sync::Arc<dyn crate::Backend> = std::sync::Arc::new(mem.clone());
-        let mut tree = Tree::with_capacity(8).unwrap();
         let mut pager = Pager::new(&std::env::temp_dir(), 0).unwrap();
-        pager.min_compact = 16 << 10;
         pager.use_chunk_files(&backend, 1);
-        let mut model = BTreeMap::new();
-        let mut retained = std::collections::VecDeque::new();
-        let mut x = 7u64;
-        for version in 1..=60u64 {
-            for _ in 0..100 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let key = format!("k{:04}", (x >> 33) % 800).into_bytes();
-                let value = x.to_le_bytes().to_vec();
-                let needs = tree.absent_for_insert(&key);
-                pager.load(&mut tree, needs).unwrap();
-                tree.insert(&key, &value).unwrap();
-                model.insert(key, value);
-            }
-            tree.root_hash();
-            pager.evict(&mut tree).unwrap();
-            pager.maybe_compact(&mut tree, version).unwrap();
-            retained.push_back((version, tree.snapshot(), model.clone()));
-            if retained.len() > 3 {
-                retained.pop_front();
-            }
-            pager.retire(retained[0].0);
+        drive(pager, 7, |_| {
             let on_disk = crate::Backend::list(&mem).unwrap().len();
             assert!(on_disk <= 4, "retired chunk files are deleted: {on_disk}");
-        }
-        assert!(pager.stats.compactions >= 3, "compacted: {:?}", pager.stats);
-        for (_, snap, m) in &retained {
-            let pages: Vec<_> =
-                (0..snap.chunk_count()).filter_map(|i| snap.absent_chunk(i)).collect();
-            let full = pager.files.materialize(snap, &pages).unwrap();
-            let got: BTreeMap<Vec<u8>, Vec<u8>> =
-                full.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
-            assert_eq!(&got, m);
-        }
+        });
     }
 }
