@@ -240,15 +240,9 @@ fn write_with_lead(
     out.file.sync().ctx(|| format!("syncing {tmp}"))?;
     let bytes = out.written;
     drop(out);
-    if let Some(p) = pacer {
-        p.wait_install(version, stop);
-    }
-    if stop.load(Ordering::Relaxed) {
-        let _ = backend.remove(&tmp);
+    if !install(backend, &tmp, &name, version, stop, pacer)? {
         return Ok(None);
     }
-    backend.rename(&tmp, &name).ctx(|| format!("renaming {tmp} to {name}"))?;
-    backend.sync_dir().ctx(|| format!("syncing the directory after writing {name}"))?;
     Ok(Some(CheckpointReport {
         version,
         root,
@@ -389,6 +383,28 @@ pub(crate) fn read_chunks(
         return Err(corrupt(offset + TRAILER_LEN as u64, "bytes after the trailer"));
     }
     Ok(header)
+}
+
+/// Installs a written and synced file `tmp` as `name` once the pacer allows (a rename and
+/// a sync of the directory); false, with `tmp` removed, if `stop` became true first.
+pub(crate) fn install(
+    backend: &dyn Backend,
+    tmp: &str,
+    name: &str,
+    version: u64,
+    stop: &AtomicBool,
+    pacer: Option<&Pacer>,
+) -> Result<bool, StoreError> {
+    if let Some(p) = pacer {
+        p.wait_install(version, stop);
+    }
+    if stop.load(Ordering::Relaxed) {
+        let _ = backend.remove(tmp);
+        return Ok(false);
+    }
+    backend.rename(tmp, name).ctx(|| format!("renaming {tmp} to {name}"))?;
+    backend.sync_dir().ctx(|| format!("syncing the directory after writing {name}"))?;
+    Ok(true)
 }
 
 #[cfg(test)]

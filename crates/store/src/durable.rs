@@ -428,15 +428,9 @@ pub(crate) fn write_checkpoint(
         .ctx(|| format!("writing {tmp}"))?;
     out.sync().ctx(|| format!("syncing {tmp}"))?;
     drop(out);
-    if let Some(p) = pacer {
-        p.wait_install(version, stop);
-    }
-    if stop.load(Ordering::Relaxed) {
-        let _ = backend.remove(&tmp);
+    if !crate::checkpoint::install(backend, &tmp, &name, version, stop, pacer)? {
         return Ok(None);
     }
-    backend.rename(&tmp, &name).ctx(|| format!("renaming {tmp} to {name}"))?;
-    backend.sync_dir().ctx(|| format!("syncing the directory after writing {name}"))?;
     let report = CheckpointReport {
         version,
         root,
