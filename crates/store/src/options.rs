@@ -69,10 +69,11 @@ pub struct Options {
     /// verified, when an operation needs them. Checkpoints are then incremental: the
     /// bodies not yet in a chunk file and a skeleton of the version; opening reads the
     /// skeleton, not the state. `None`: everything stays in memory and checkpoints are
-    /// whole (the default, and as fast as before). Retained versions keep the bodies they shared until pruned, so the bodies
-    /// in memory are bounded by about `keep_recent` times this budget in the worst case.
-    /// With paging on, read with [`crate::Store::read`] and [`crate::Store::load_pages`]:
-    /// [`crate::Store::get`] and plain snapshot reads do not load.
+    /// whole (the default, and as fast as before). Retained versions keep the bodies they
+    /// shared until pruned, so the bodies in memory are bounded by about `keep_recent`
+    /// times this budget in the worst case. [`crate::Store::get`] loads what it needs; a
+    /// read of a snapshot that meets an absent chunk is an error naming it (never a wrong
+    /// answer), and [`crate::Store::resident_for`] loads what such a read needs.
     pub cache_bytes: Option<u64>,
     /// Where the scratch page file of a read-only paged open goes (`None`: the system's
     /// temporary directory; with [`crate::Store::open`] of a writable store, its
