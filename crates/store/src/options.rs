@@ -11,7 +11,7 @@ use crate::pace::CheckpointPace;
 /// When the store writes checkpoints by itself.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CheckpointPolicy {
-    /// Only when [`Store::checkpoint`] is called.
+    /// Only when [`crate::Store::checkpoint`] is called.
     Manual,
     /// When the log written since the last checkpoint exceeds both `min_log_bytes` and
     /// `log_ratio` times the size of the last checkpoint. The log's disk use and the
@@ -23,7 +23,7 @@ pub enum CheckpointPolicy {
 /// many as a block touches).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Reclaim {
-    /// The writer's, inside [`Store::commit`] or [`Store::prune`]. The default: it costs a
+    /// The writer's, inside [`crate::Store::commit`] or [`crate::Store::prune`]. The default: it costs a
     /// few milliseconds per commit and works well on any allocator. Freeing on another
     /// thread halves throughput on glibc's `malloc` (its arenas are locked per free from a
     /// foreign thread): 47k against 24-33k ops/s on Workload B, while on mimalloc the two
@@ -46,7 +46,7 @@ pub struct Options {
     pub keep_recent: u64,
     pub checkpoint: CheckpointPolicy,
     /// How fast background checkpoints write (by default spread over the commits, so they
-    /// never slow them down in bursts; see [`pace`]).
+    /// never slow them down in bursts; see [`CheckpointPace`]).
     pub checkpoint_pace: CheckpointPace,
     /// Where pruned versions are freed (see [`Reclaim`]).
     pub reclaim: Reclaim,
@@ -60,7 +60,7 @@ pub struct Options {
     /// Open without changing anything on disk, under a shared lock (any number of
     /// readers, no writer): for checking or reading a backup, a snapshot or a read-only
     /// mount. Every write (`insert`, `remove`, `commit`, `checkpoint`) is refused with
-    /// [`StoreError::ReadOnly`]; a record cut short at the end of the log is skipped, not
+    /// [`crate::StoreError::ReadOnly`]; a record cut short at the end of the log is skipped, not
     /// discarded, and left-over temporary files stay.
     pub read_only: bool,
     /// Page the state (`docs/design.md` §8.5.1): after every commit, the working tree's
