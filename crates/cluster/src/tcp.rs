@@ -32,7 +32,7 @@ struct Request {
 }
 
 /// Reads one frame; `None` at a clean end of stream.
-async fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+pub async fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len).await {
         Ok(_) => {}
@@ -50,7 +50,8 @@ async fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
     Ok(Some(buf))
 }
 
-async fn write_frame(s: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes one frame (refused if longer than [`MAX_FRAME`]).
+pub async fn write_frame(s: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
     let len = u32::try_from(bytes.len()).ok().filter(|l| (*l as usize) <= MAX_FRAME);
     let len = len.ok_or_else(|| std::io::Error::other("frame too large to send"))?;
     s.write_all(&len.to_le_bytes()).await?;

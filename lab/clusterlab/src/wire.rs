@@ -12,10 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use bavl_cluster::msg::{ClientOp, Message, RaftRpc};
 use bavl_cluster::node::Node;
-use bavl_cluster::tcp::MAX_FRAME;
+use bavl_cluster::tcp::{read_frame, write_frame};
 use bavl_cluster::types::{NodeId, DIRECTORY_GROUP};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Deserialize)]
@@ -110,29 +109,6 @@ fn class(msg: &Message) -> &'static str {
         },
         Message::Client(_) => "client_data",
     }
-}
-
-pub async fn read_frame(s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    match s.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(std::io::Error::other(format!("frame of {len} bytes over the limit")));
-    }
-    let mut buf = vec![0u8; len];
-    s.read_exact(&mut buf).await?;
-    Ok(Some(buf))
-}
-
-pub async fn write_frame(s: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
-    let len = u32::try_from(bytes.len()).map_err(|_| std::io::Error::other("frame too large"))?;
-    s.write_all(&len.to_le_bytes()).await?;
-    s.write_all(bytes).await?;
-    s.flush().await
 }
 
 type Counters = Arc<Mutex<BTreeMap<String, Count>>>;
