@@ -83,6 +83,8 @@ pub enum PageError {
 /// [`Snapshot::with_bodies`] verify it against the page it is meant for.
 pub struct Body {
     chunk: Chunk,
+    /// The hasher whose chunk hash [`Body::prehash`] computed and the chunk caches.
+    hashed_with: Option<&'static str>,
 }
 
 impl Body {
@@ -109,7 +111,16 @@ impl Body {
             prev = Some(key);
         }
         r.finish()?;
-        Ok(Body { chunk })
+        Ok(Body { chunk, hashed_with: None })
+    }
+
+    /// Computes the chunk hash with `H` now, on whatever thread decoded the body (a
+    /// store's prefetch threads), so that verifying it ([`Tree::page_in`]) on the
+    /// writer's thread only compares. A body prehashed with another hasher than the
+    /// tree's is refused there ([`PageError::Mismatch`]), never compared.
+    pub fn prehash<H: Hasher>(&mut self) {
+        self.chunk.rehash::<H>();
+        self.hashed_with = Some(H::NAME);
     }
 
     /// Number of entries.
@@ -125,7 +136,10 @@ impl Body {
     /// Checks this body against `page` and returns it as a chunk carrying the page's
     /// location (it is the body stored there).
     fn verify<H: Hasher>(mut self, page: &Page, index: u64) -> Result<Chunk, PageError> {
-        let what = if self.chunk.len() != page.len as usize {
+        let what = if self.hashed_with.is_some_and(|n| n != H::NAME) {
+            // Its cached hashes are another function's: refused, never compared.
+            Some("hasher (prehashed with another)")
+        } else if self.chunk.len() != page.len as usize {
             Some("entry count")
         } else if self.chunk.first_key() != &*page.first {
             Some("first key")
@@ -189,6 +203,23 @@ impl ChunkRef<'_> {
         match self.leaf {
             Leaf::Body(c) => c.location(),
             Leaf::Absent(p) => Some(p.loc),
+        }
+    }
+
+    /// An identity of the resident body (its address), equal in every version that shares
+    /// it and different between bodies alive at the same time; `None` when absent.
+    pub fn body_id(&self) -> Option<usize> {
+        match self.leaf {
+            Leaf::Body(c) => Some(c as *const Chunk as usize),
+            Leaf::Absent(_) => None,
+        }
+    }
+
+    /// Heap bytes of the resident body (0 when absent).
+    pub fn heap_bytes(&self) -> usize {
+        match self.leaf {
+            Leaf::Body(c) => c.heap_bytes(),
+            Leaf::Absent(_) => 0,
         }
     }
 
@@ -452,6 +483,30 @@ impl<H: Hasher> Snapshot<H> {
             r.page_in::<H>(i, body)?;
         }
         Ok(Snapshot::new(root, self.capacity, self.root_hash(), self.paged))
+    }
+
+    /// This version with the bodies of the chunks `drop` picks made absent: only
+    /// resident, hashed chunks whose body has a location (is on disk) can be, and no hash,
+    /// count or key changes. A new snapshot sharing every other node (this one is
+    /// unchanged); a body is freed once nothing else shares it. Returns it and how many
+    /// chunks were made absent. A store drops from its retained versions the bodies its
+    /// working tree evicted, so that old versions do not keep them in memory.
+    pub fn without_bodies(
+        &self,
+        mut drop: impl FnMut(&ChunkRef<'_>) -> bool,
+    ) -> (Snapshot<H>, u64) {
+        let mut picked = Vec::new();
+        self.for_each_chunk(|c| {
+            if c.body_id().is_some() && c.location().is_some() && drop(&c) {
+                picked.push(c.index);
+            }
+        });
+        if picked.is_empty() {
+            return (self.clone(), 0);
+        }
+        let mut t = self.to_tree();
+        let n = picked.into_iter().filter(|&i| t.page_out(i).is_some()).count() as u64;
+        (Snapshot::new(t.root, self.capacity, self.root_hash(), true), n)
     }
 
     /// Calls `f` for every chunk in order (resident or absent), with its key-height.

@@ -275,7 +275,13 @@ impl Backend for DirBackend {
             match readers.get(name) {
                 Some(f) => f.clone(),
                 None => {
-                    let f = Arc::new(File::open(self.path(name))?);
+                    let f = File::open(self.path(name))?;
+                    // Reads here are of single records at random offsets: the kernel's
+                    // readahead would fill the page cache (charged to a memory-limited
+                    // process) with neighbours nobody asked for.
+                    #[cfg(target_os = "linux")]
+                    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random)?;
+                    let f = Arc::new(f);
                     readers.insert(name.to_string(), f.clone());
                     f
                 }

@@ -301,6 +301,7 @@ impl Store {
         self.versions.insert(version, snap);
         paged?;
         self.retain();
+        self.unpin_retained();
         self.clean_up()?;
         if let CheckpointPolicy::Auto { log_ratio, min_log_bytes } = self.opts.checkpoint {
             let last = self.last_checkpoint.map_or(0, |(_, bytes)| bytes);

@@ -53,6 +53,9 @@ pub struct PagingStats {
     pub compactions: u64,
     /// Bytes of the page file being appended to.
     pub file_bytes: u64,
+    /// Heap bytes of bodies that only retained versions hold (never written, so they
+    /// cannot be made absent there), after the last commit.
+    pub pinned_bytes: u64,
 }
 
 /// Loads and evicts the working tree's chunk bodies against a budget.
@@ -74,10 +77,9 @@ pub(crate) struct Pager {
     pub(crate) budget: u64,
     /// The smallest file [`Pager::maybe_compact`] compacts.
     pub(crate) min_compact: u64,
-    /// Bytes of bodies evicted or copied at each of the last `pin_window` commits.
-    pinned: std::collections::VecDeque<u64>,
-    /// How many commits back retained versions reach (`keep_recent - 1`).
-    pub(crate) pin_window: usize,
+    /// Heap bytes of the bodies only retained versions hold (none of them on disk yet),
+    /// as the last commit found them ([`Store::unpin_retained`]).
+    pinned: u64,
     /// The clock hand: the next chunk index the eviction sweep looks at.
     hand: u64,
     buf: Vec<u8>,
@@ -91,7 +93,7 @@ impl Pager {
         let (gen, dir, retiring, buf) = (1, dir.to_path_buf(), Vec::new(), Vec::new());
         let stats = PagingStats::default();
         let min_compact = crate::compact::MIN_FILE;
-        let (pinned, pin_window) = (Default::default(), 3);
+        let pinned = 0;
         Ok(Pager {
             files,
             gen,
@@ -103,7 +105,6 @@ impl Pager {
             budget,
             min_compact,
             pinned,
-            pin_window,
             hand: 0,
             buf,
             stats,
@@ -114,9 +115,7 @@ impl Pager {
     pub(crate) fn for_options(opts: &crate::Options) -> Result<Option<Pager>, StoreError> {
         let Some(budget) = opts.cache_bytes else { return Ok(None) };
         let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
-        let mut p = Pager::new(&dir, budget)?;
-        p.pin_window = opts.keep_recent.saturating_sub(1) as usize;
-        Ok(Some(p))
+        Ok(Some(Pager::new(&dir, budget)?))
     }
 
     /// Appends from now on to chunk files of the store, the first numbered `id` (created
@@ -231,15 +230,15 @@ impl Pager {
     /// resident bodies fit the budget; a body with no location is appended to the page
     /// file first. Bodies shared with retained versions are freed when those are pruned.
     ///
-    /// The bodies the last `pin_window` commits evicted or replaced by copies are still
-    /// held by the retained versions taken before; the working tree's share of the budget
-    /// shrinks by them (to a quarter of it at least), so that all bodies together stay
-    /// near the budget rather than `keep_recent` times it.
+    /// Retained versions drop every body that is on disk and not in the working tree
+    /// ([`Store::unpin_retained`]); what they still hold (the originals of chunks copied
+    /// on write before their body was ever written) shrinks the working tree's share of
+    /// the budget (to a quarter of it at least), so that all bodies together stay near the
+    /// budget rather than `keep_recent` times it.
     pub(crate) fn evict(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
         let s = tree.skeleton_stats();
         let mut resident = s.resident_bytes;
-        let pinned: u64 = self.pinned.iter().sum();
-        let target = self.budget.saturating_sub(pinned).max(self.budget / 4);
+        let target = self.budget.saturating_sub(self.pinned).max(self.budget / 4);
         let n = tree.chunk_count();
         let mut scanned = 0;
         while resident > target && scanned < n {
@@ -262,18 +261,21 @@ impl Pager {
             scanned += 1;
         }
         self.stats.resident_bytes = resident;
-        self.pinned.push_back(s.resident_bytes - resident + s.unlocated_bytes);
-        while self.pinned.len() > self.pin_window {
-            self.pinned.pop_front();
-        }
         self.stats.skeleton_bytes =
             if scanned > 0 { tree.skeleton_stats().skeleton_bytes } else { s.skeleton_bytes };
         Ok(())
     }
 }
 
+/// Threads of one prefetch: reads of chunk files wait on the disk far more than they
+/// compute (one read, a decode and a hash per chunk), so more threads than cores keep
+/// more reads in flight, as NOMT's io_uring queue does.
+pub const PREFETCH_THREADS: usize = 16;
+/// A prefetch starts no thread for fewer chunks than this.
+const MIN_PER_THREAD: usize = 8;
+
 impl Store {
-    /// Loads, on up to four threads, the paged-out chunks holding `keys` (what a block
+    /// Loads, on up to [`PREFETCH_THREADS`] threads, the paged-out chunks holding `keys` (what a block
     /// about to be applied will touch first; a neighbour the fill policy may need besides
     /// is loaded by the operation itself). Returns how many chunks were loaded; a no-op
     /// without paging. Each body is verified as on any load.
@@ -285,7 +287,7 @@ impl Store {
             keys.iter().filter_map(|k| self.tree.try_get(k.as_ref()).err()).collect();
         pages.sort_unstable_by_key(|p| p.index);
         pages.dedup_by_key(|p| p.index);
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+        let threads = PREFETCH_THREADS.min(pages.len().div_ceil(MIN_PER_THREAD)).max(1);
         let files = &p.files;
         type Read<'a> = Vec<(&'a PageRef, Result<Body, StoreError>)>;
         let read: Read<'_> = std::thread::scope(|s| {
@@ -293,7 +295,14 @@ impl Store {
             let handles: Vec<_> = parts
                 .map(|part| {
                     s.spawn(move || -> Read<'_> {
-                        part.iter().map(|pg| (pg, files.read(pg))).collect()
+                        // Decoded and hashed here: the writer's thread only compares.
+                        let read = |pg| {
+                            files.read(pg).map(|mut b: Body| {
+                                b.prehash::<bavl_core::Sha256>();
+                                b
+                            })
+                        };
+                        part.iter().map(|pg| (pg, read(pg))).collect()
                     })
                 })
                 .collect();
@@ -321,6 +330,36 @@ impl Store {
             self.poisoned = Some(e.to_string());
         }
         r
+    }
+
+    /// After commit `head` is retained: makes absent, in every older retained version,
+    /// the bodies that are on disk and no longer in the working tree (evicted, or replaced
+    /// by a copy), so that old versions do not hold in memory what the budget let go
+    /// (`docs/design.md` §8.5.1); they read those chunks back like the working tree. Then
+    /// counts what they still hold alone (bodies never written) for the next eviction.
+    pub(crate) fn unpin_retained(&mut self) {
+        let Some(p) = &mut self.pager else { return };
+        let mut live = std::collections::HashSet::new();
+        self.versions[&self.head].for_each_chunk(|c| {
+            live.extend(c.body_id());
+        });
+        let (mut held, mut pinned) = (std::collections::HashSet::new(), 0u64);
+        for (&v, snap) in self.versions.iter_mut() {
+            if v == self.head {
+                continue;
+            }
+            let (stripped, _) = snap.without_bodies(|c| !live.contains(&c.body_id().unwrap_or(0)));
+            stripped.for_each_chunk(|c| {
+                if let Some(id) = c.body_id().filter(|id| !live.contains(id)) {
+                    if held.insert(id) {
+                        pinned += c.heap_bytes() as u64 + 16;
+                    }
+                }
+            });
+            *snap = stripped;
+        }
+        p.pinned = pinned;
+        p.stats.pinned_bytes = pinned;
     }
 
     /// Reads the working state (committed versions plus uncommitted changes), loading

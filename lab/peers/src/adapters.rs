@@ -26,6 +26,11 @@ pub trait Adapter {
     fn extra(&mut self) -> serde_json::Value {
         serde_json::Value::Null
     }
+    /// Makes what was committed cheap to open again (bavl: a checkpoint, so that opening
+    /// replays no log); called by a loader before it closes. Nothing by default.
+    fn settle(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Closes the store cleanly.
     fn close(self: Box<Self>) -> Result<()>;
 }
@@ -54,7 +59,14 @@ pub const STORES: &[StoreInfo] = &[
     StoreInfo {
         name: "bavl-paged",
         peer: false,
-        description: "bavl_store::Store paged (docs/design.md §8.5.1): Options::default() with cache_bytes = twice --nomt-cache-mib (nomt's two caches together; 512 MiB when unset); evicted chunk bodies in a nameless page file in the store's directory",
+        description: "bavl_store::Store paged (docs/design.md §8.5.1): Options::default() (keep_recent 4) with cache_bytes = twice --nomt-cache-mib (nomt's two caches together; 512 MiB when unset); evicted chunk bodies in the store's durable chunk files",
+        durability: "one log record per block, fdatasync before commit() returns",
+        feature: None,
+    },
+    StoreInfo {
+        name: "bavl-paged-cached",
+        peer: false,
+        description: "bavl-paged with a budget no state here reaches (1 TiB): paging on, every body cached; against `bavl`, what the paged code path costs when nothing is evicted (issue 20's cached_1m_ratio)",
         durability: "one log record per block, fdatasync before commit() returns",
         feature: None,
     },
@@ -114,27 +126,41 @@ pub fn compiled(name: &str) -> bool {
 /// Opens the Rust adapter `name` in `dir` (a new, empty directory). `expected_keys` sizes
 /// stores that need it (nomt's hash table).
 pub fn open(name: &str, dir: &Path, expected_keys: u64) -> Result<Box<dyn Adapter>> {
-    open_with(name, dir, expected_keys, None)
+    open_with(name, dir, expected_keys, Caches::default())
 }
 
-/// [`open`], with nomt's page and leaf caches at `nomt_cache_mib` MiB each (for a memory
-/// limit; `None`: nomt's default of 256 MiB each).
+/// Cache sizes of the stores that have one, for a memory limit.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Caches {
+    /// nomt's page and leaf caches, MiB each (`None`: nomt's default of 256 MiB each).
+    pub nomt_mib: Option<usize>,
+    /// bavl-paged's budget of chunk bodies in MiB (`None`: twice `nomt_mib`, as nomt's
+    /// two caches together; 512 MiB when that is unset too).
+    pub bavl_mib: Option<u64>,
+}
+
+/// Budget of `bavl-paged-cached`: more than any state here holds.
+pub const CACHED_BUDGET_BYTES: u64 = 1 << 40;
+
+/// [`open`], with the cache sizes `caches` (for a memory limit).
 pub fn open_with(
     name: &str,
     dir: &Path,
     expected_keys: u64,
-    nomt_cache_mib: Option<usize>,
+    caches: Caches,
 ) -> Result<Box<dyn Adapter>> {
-    let _ = (expected_keys, nomt_cache_mib);
+    let _ = expected_keys;
+    let paged = |bytes: u64| -> Result<Box<dyn Adapter>> {
+        let opts = Options { cache_bytes: Some(bytes), ..Options::default() };
+        Ok(Box::new(Bavl::open_with(dir, opts)?))
+    };
     Ok(match name {
         "bavl" => Box::new(Bavl::open(dir)?),
         "bavl-paged" => {
-            let mib = nomt_cache_mib.map_or(512, |m| 2 * m) as u64;
-            Box::new(Bavl::open_with(
-                dir,
-                Options { cache_bytes: Some(mib << 20), ..Options::default() },
-            )?)
+            let twice_nomt = caches.nomt_mib.map_or(512, |m| 2 * m as u64);
+            paged(caches.bavl_mib.unwrap_or(twice_nomt) << 20)?
         }
+        "bavl-paged-cached" => paged(CACHED_BUDGET_BYTES)?,
         "btreemap-floor" => Box::new(Floor::open(dir)?),
         #[cfg(feature = "jmt")]
         "jmt-redb" => Box::new(crate::jmt_adapter::JmtRedb::open(dir)?),
@@ -142,7 +168,7 @@ pub fn open_with(
         "jmt-mock" => Box::new(crate::jmt_adapter::JmtMock::default()),
         #[cfg(feature = "nomt")]
         "nomt" => {
-            Box::new(crate::nomt_adapter::NomtStore::open(dir, expected_keys, nomt_cache_mib)?)
+            Box::new(crate::nomt_adapter::NomtStore::open(dir, expected_keys, caches.nomt_mib)?)
         }
         other if info(other).is_some() => {
             anyhow::bail!("{other} is not built into this binary (see --help for its feature)")
@@ -156,6 +182,11 @@ pub struct Bavl {
     store: Store,
     /// Per commit: ms applying the operations, hashing, appending + syncing the log.
     split: Vec<(f64, f64, f64)>,
+    /// Paged: operations whose key's chunk was resident, and all operations, over every
+    /// block committed (asked of the skeleton before the block's prefetch).
+    hits: (u64, u64),
+    /// Opened with a cache budget.
+    paging: bool,
 }
 
 impl Bavl {
@@ -164,7 +195,8 @@ impl Bavl {
     }
 
     pub fn open_with(dir: &Path, opts: Options) -> Result<Bavl> {
-        Ok(Bavl { store: Store::open(dir, opts)?, split: Vec::new() })
+        let paging = opts.cache_bytes.is_some();
+        Ok(Bavl { store: Store::open(dir, opts)?, split: Vec::new(), hits: (0, 0), paging })
     }
 }
 
@@ -174,7 +206,15 @@ impl Adapter for Bavl {
         // Paged: load the block's chunks on several threads first (a no-op otherwise).
         if self.store.working().is_paged() {
             let keys: Vec<&Key> = ops.iter().map(Op::key).collect();
+            let tree = self.store.working();
+            let resident = keys.iter().filter(|k| tree.try_get(&k[..]).is_ok()).count();
+            self.hits.0 += resident as u64;
+            self.hits.1 += keys.len() as u64;
             self.store.prefetch(&keys)?;
+        } else if self.paging {
+            // Paging on, nothing evicted yet: every operation's chunk is resident.
+            self.hits.0 += ops.len() as u64;
+            self.hits.1 += ops.len() as u64;
         }
         for op in ops {
             match op {
@@ -209,11 +249,20 @@ impl Adapter for Bavl {
                     "loads": p.loads, "evictions": p.evictions, "spilled_bytes": p.spilled_bytes,
                     "resident_bytes": p.resident_bytes, "skeleton_bytes": p.skeleton_bytes,
                 })),
+                "cache_hit_rate": (self.hits.1 > 0)
+                    .then(|| self.hits.0 as f64 / self.hits.1 as f64),
                 "split_note": "per commit (load commits first): ms applying the operations, ms hashing (root_hash), ms appending + syncing the log record",
                 "apply_hash_persist_ms": self.split,
             }),
             Err(e) => serde_json::json!({ "stats_error": e.to_string() }),
         }
+    }
+    fn settle(&mut self) -> Result<()> {
+        self.store.wait_checkpoint()?;
+        if self.store.checkpoint()?.is_some() {
+            self.store.wait_checkpoint()?;
+        }
+        Ok(())
     }
     fn close(self: Box<Self>) -> Result<()> {
         self.store.close()?;

@@ -58,6 +58,9 @@ pub struct ChildReport {
     /// Seconds to open the closed store again (the `--reopen` flag of the child).
     #[serde(default)]
     pub reopen_s: Option<f64>,
+    /// Seconds to open the store a loader child left (`--preloaded`), before the blocks.
+    #[serde(default)]
+    pub open_s: Option<f64>,
     /// Whatever the store reports about itself.
     #[serde(default)]
     pub extra: serde_json::Value,
@@ -114,17 +117,71 @@ pub fn cpu_ms() -> f64 {
 
 /// Replays the stream at `stream` on `store` and reads the final state back.
 pub fn run(name: &str, store: Box<dyn Adapter>, stream: &Path) -> Result<ChildReport> {
-    run_with_batch(name, store, stream, LOAD_BATCH, true)
+    run_with_batch(name, store, stream, Load::Batches(LOAD_BATCH), true)
 }
 
-/// [`run`], loading the initial state in commits of `load_batch` keys, and reading the
-/// final state back only if `readback` (else `keys` and `digest` stay empty: a later
-/// process checks them with [`read_back`]).
+/// How a child gets the initial state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Load {
+    /// Commits it itself, `n` keys per commit.
+    Batches(usize),
+    /// Finds it in the store already (a loader child committed it: [`load_only`]); the
+    /// stream's initial entries are skipped.
+    Preloaded,
+}
+
+/// Commits the stream's initial state in commits of `batch` keys; returns the keys
+/// loaded.
+fn load(name: &str, store: &mut dyn Adapter, r: &mut Reader, batch: usize) -> Result<u64> {
+    let t = Instant::now();
+    let total = r.header.initial_keys;
+    let mut loaded = 0u64;
+    loop {
+        let ops = r.initial_batch(batch.max(1))?;
+        if ops.is_empty() {
+            return Ok(loaded);
+        }
+        store.commit_block(&ops)?;
+        loaded += ops.len() as u64;
+        if !loaded.is_multiple_of(LOAD_BATCH as u64) && loaded != total {
+            continue;
+        }
+        eprintln!("[{name}] loaded {loaded}/{total} keys ({:.1} s)", t.elapsed().as_secs_f64());
+    }
+}
+
+/// The loader child: commits the stream's initial state in commits of `batch` keys,
+/// settles the store (`Adapter::settle`: bavl checkpoints) and closes it, for a
+/// [`Load::Preloaded`] child to open. Reports the load's time and bytes written.
+pub fn load_only(
+    name: &str,
+    mut store: Box<dyn Adapter>,
+    stream: &Path,
+    batch: usize,
+) -> Result<ChildReport> {
+    let mut r = Reader::open(stream)?;
+    let mut rep = ChildReport { store: name.to_string(), ..Default::default() };
+    rep.io_start = Io::now();
+    let t = Instant::now();
+    rep.load_keys = load(name, store.as_mut(), &mut r, batch)?;
+    store.settle()?;
+    store.close()?;
+    rep.load_s = t.elapsed().as_secs_f64();
+    rep.io_after_load = Io::now();
+    rep.hwm_after_load_bytes = rss_hwm().1;
+    rep.cpu_s_total = cpu_ms() / 1e3;
+    eprintln!("[{name}] loaded and closed in {:.1} s", rep.load_s);
+    Ok(rep)
+}
+
+/// [`run`], getting the initial state as `how` says, and reading the final state back
+/// only if `readback` (else `keys` and `digest` stay empty: a later process checks them
+/// with [`read_back`]).
 pub fn run_with_batch(
     name: &str,
     mut store: Box<dyn Adapter>,
     stream: &Path,
-    load_batch: usize,
+    how: Load,
     readback: bool,
 ) -> Result<ChildReport> {
     let mut r = Reader::open(stream)?;
@@ -132,23 +189,13 @@ pub fn run_with_batch(
     let mut rep = ChildReport { store: name.to_string(), ..Default::default() };
     rep.io_start = Io::now();
     let t = Instant::now();
-    let mut loaded = 0u64;
-    loop {
-        let batch = r.initial_batch(load_batch.max(1))?;
-        if batch.is_empty() {
-            break;
+    let loaded = match how {
+        Load::Batches(n) => load(name, store.as_mut(), &mut r, n)?,
+        Load::Preloaded => {
+            r.skip_initial()?;
+            0
         }
-        store.commit_block(&batch)?;
-        loaded += batch.len() as u64;
-        if !loaded.is_multiple_of(LOAD_BATCH as u64) && loaded != h.initial_keys {
-            continue;
-        }
-        eprintln!(
-            "[{name}] loaded {loaded}/{} keys ({:.1} s)",
-            h.initial_keys,
-            t.elapsed().as_secs_f64()
-        );
-    }
+    };
     rep.load_s = t.elapsed().as_secs_f64();
     rep.load_keys = loaded;
     rep.hwm_after_load_bytes = rss_hwm().1;

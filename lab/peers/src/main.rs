@@ -8,6 +8,7 @@ static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
 mod memlimit;
 mod memplot;
 mod memrecord;
+mod memtargets;
 mod plot;
 mod report;
 
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bavl_peers::adapters::{self, STORES};
-use bavl_peers::child::{self, ChildReport};
+use bavl_peers::child::{self, ChildReport, Load};
 use bavl_peers::stream::{self, Header};
 use clap::{Args, Parser, Subcommand};
 
@@ -160,6 +161,17 @@ struct ChildArgs {
     /// nomt's page and leaf cache sizes, MiB each (default: nomt's 256).
     #[arg(long)]
     nomt_cache_mib: Option<usize>,
+    /// bavl-paged's budget of chunk bodies, MiB (default: twice --nomt-cache-mib).
+    #[arg(long)]
+    bavl_cache_mib: Option<u64>,
+    /// Only commit the initial state (in commits of --load-batch keys), settle the store
+    /// (bavl: a checkpoint) and close it, for a `--preloaded` child.
+    #[arg(long, conflicts_with_all = ["preloaded", "read_back_only"])]
+    load_only: bool,
+    /// The store in --dir holds the initial state already (a `--load-only` child wrote it):
+    /// open it (timed: `open_s`) and go on with the blocks.
+    #[arg(long)]
+    preloaded: bool,
 }
 
 fn main() -> Result<()> {
@@ -193,17 +205,23 @@ fn child_main(a: ChildArgs) -> Result<()> {
     if let Some(g) = &a.cgroup {
         bavl_peers::cgroup::join(g)?;
     }
-    let open = || adapters::open_with(&a.store, &a.dir, a.expected_keys, a.nomt_cache_mib);
-    let rep = if a.read_back_only {
+    let caches = adapters::Caches { nomt_mib: a.nomt_cache_mib, bavl_mib: a.bavl_cache_mib };
+    let open = || adapters::open_with(&a.store, &a.dir, a.expected_keys, caches);
+    let rep = if a.load_only {
+        child::load_only(&a.store, open()?, &a.stream, a.load_batch)?
+    } else if a.read_back_only {
         let mut store = open()?;
         let mut rep = ChildReport { store: a.store.clone(), ..Default::default() };
         child::read_back(&a.store, store.as_mut(), &a.stream, &mut rep)?;
         store.close()?;
         rep
     } else {
+        let t = Instant::now();
         let store = open()?;
-        let mut rep =
-            child::run_with_batch(&a.store, store, &a.stream, a.load_batch, !a.no_read_back)?;
+        let open_s = t.elapsed().as_secs_f64();
+        let how = if a.preloaded { Load::Preloaded } else { Load::Batches(a.load_batch) };
+        let mut rep = child::run_with_batch(&a.store, store, &a.stream, how, !a.no_read_back)?;
+        rep.open_s = a.preloaded.then_some(open_s);
         if a.reopen {
             let t = Instant::now();
             let store = open()?;

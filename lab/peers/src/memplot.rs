@@ -31,6 +31,15 @@ pub fn keys_label(k: u64) -> String {
     }
 }
 
+/// Store names short enough for an axis label.
+fn short(store: &str) -> &str {
+    match store {
+        "bavl-paged-cached" => "cached",
+        "bavl-paged" => "paged",
+        s => s,
+    }
+}
+
 fn color(r: &RunRecord) -> RGBColor {
     if r.store == "bavl" {
         RGBColor(31, 102, 181)
@@ -62,8 +71,18 @@ fn panel(
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(-0.6..(n as f64 - 0.4), 0.0..hi)?;
-    let names: Vec<String> =
-        runs.iter().map(|r| format!("{} {}", r.store, keys_label(r.initial_keys))).collect();
+    let limits: std::collections::BTreeSet<u64> =
+        runs.iter().map(|r| r.memory_limit_bytes).collect();
+    let names: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            let mut s = format!("{} {}", short(&r.store), keys_label(r.initial_keys));
+            if limits.len() > 1 {
+                s += &format!(" {}G", r.memory_limit_bytes as f64 / (1u64 << 30) as f64);
+            }
+            s
+        })
+        .collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -125,7 +144,7 @@ fn draw(path: &Path, runs: &[RunRecord], limit: u64) -> Result<(), E> {
     let root = BitMapBackend::new(path, (1800, 1050)).into_drawing_area();
     root.fill(&WHITE)?;
     let title = format!(
-        "Workload B inside a {} MiB memory cgroup: today's in-memory bavl vs nomt 1.0.5 (the baseline before the paged store)",
+        "Workload B inside a memory cgroup (limit {} MiB, the dashed line): bavl (in memory), bavl paged (\"paged\"; \"cached\": paged, nothing evicted) and nomt 1.0.5",
         limit >> 20
     );
     let body = root.titled(&title, (FONT, 22))?;

@@ -46,8 +46,14 @@ pub struct RunRecord {
     pub write_bytes_per_op: Option<f64>,
     pub read_bytes_per_op: Option<f64>,
     pub pages_4k_read_per_op: Option<f64>,
+    /// Seconds the initial load took (with `loaded_outside`: in the loader, outside the
+    /// group, commits of 100,000 keys, and for bavl a final checkpoint).
     pub load_s: Option<f64>,
     pub load_write_bytes_per_key: Option<f64>,
+    /// The initial state was loaded by a process outside the memory group (`--preload`);
+    /// the measured process opened it (`open_s`) inside the group.
+    pub loaded_outside: bool,
+    pub open_s: Option<f64>,
     pub reopen_s: Option<f64>,
     pub verify_s: Option<f64>,
     pub child_wall_s: f64,
@@ -86,6 +92,25 @@ fn last_loaded(tail: &[String]) -> Option<u64> {
         let rest = l.split_once("] loaded ")?.1;
         rest.split('/').next()?.parse().ok()
     })
+}
+
+/// A run that could not start (its loader failed).
+pub fn failed(name: &str, keys: u64, limit: u64, e: &anyhow::Error) -> RunRecord {
+    let stats = cgroup::CgroupStats { limit_bytes: limit, ..Default::default() };
+    let expected = stream::Expected { keys: 0, digest: String::new(), measured_ops: 0 };
+    record(name, keys, &stats, Err(anyhow::anyhow!("{e:#}")), None, 0, &expected)
+}
+
+/// Takes the load's figures from the loader child's report `l` (`--preload`).
+pub fn loaded_outside(r: &mut RunRecord, l: &ChildReport) {
+    r.loaded_outside = true;
+    r.load_s = Some((l.load_s * 100.0).round() / 100.0);
+    let lw = l.io_after_load.write_bytes.saturating_sub(l.io_start.write_bytes) as f64;
+    r.load_write_bytes_per_key = Some((lw / l.load_keys.max(1) as f64 * 10.0).round() / 10.0);
+    if r.died_after_keys_loaded.is_none() && r.status != "ok" {
+        // It died opening the state or in a block: everything was loaded already.
+        r.died_after_keys_loaded = Some(l.load_keys);
+    }
 }
 
 pub fn record(
@@ -127,6 +152,8 @@ pub fn record(
         pages_4k_read_per_op: None,
         load_s: None,
         load_write_bytes_per_key: None,
+        loaded_outside: false,
+        open_s: None,
         reopen_s: None,
         verify_s: None,
         child_wall_s: 0.0,
@@ -197,6 +224,7 @@ fn fill(r: &mut RunRecord, c: &ChildReport, expected: &stream::Expected) {
     let lw = c.io_after_load.write_bytes.saturating_sub(c.io_start.write_bytes) as f64;
     r.load_write_bytes_per_key = Some(r1(lw / c.load_keys.max(1) as f64));
     r.reopen_s = c.reopen_s.map(|s| (s * 1000.0).round() / 1000.0);
+    r.open_s = c.open_s.map(|s| (s * 1000.0).round() / 1000.0);
     r.verify_s = Some((c.verify_s * 100.0).round() / 100.0);
     r.block_ms = c.block_ms.iter().map(|x| (x * 100.0).round() / 100.0).collect();
     if let serde_json::Value::Object(m) = &c.extra {

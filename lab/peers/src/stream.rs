@@ -184,6 +184,16 @@ impl Reader {
         Ok(ops)
     }
 
+    /// Skips the initial entries (the store holds them already).
+    pub fn skip_initial(&mut self) -> Result<()> {
+        let entry = (KEY_LEN + VALUE_LEN) as u64;
+        let n = self.initial_left * entry;
+        let skipped = std::io::copy(&mut (&mut self.r).take(n), &mut std::io::sink())?;
+        ensure!(skipped == n, "the stream ends inside its initial entries");
+        self.initial_left = 0;
+        Ok(())
+    }
+
     /// The next block (`None` after the last). The initial entries must have been read.
     pub fn next_block(&mut self) -> Result<Option<Vec<Op>>> {
         ensure!(self.initial_left == 0, "read the initial entries first");

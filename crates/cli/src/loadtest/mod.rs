@@ -247,6 +247,7 @@ pub fn run(args: &LoadtestArgs) -> Result<ExitCode> {
 
     // The blocks.
     let first_version = store.version() + 1;
+    let loads_before = store.stats().ok().and_then(|s| s.paging).map_or(0, |p| p.loads);
     let pb = bar(args.blocks, hidden, "blocks ", "blocks");
     let mut rows = Vec::with_capacity(args.blocks.min(4096) as usize);
     let (mut busy, mut proof_failures) = (Duration::ZERO, 0u64);
@@ -289,7 +290,7 @@ pub fn run(args: &LoadtestArgs) -> Result<ExitCode> {
     // A running checkpoint is waited for, so that the statistics count it.
     store.wait_checkpoint().map_err(|e| store_error(db, e))?;
     let stats = store.stats().map_err(|e| store_error(db, e))?;
-    let summary = summarize(&rows, first_version, busy, wall, &stats, args.proofs);
+    let summary = summarize(&rows, first_version, busy, wall, &stats, args.proofs, loads_before);
     let final_stats = StatsJson::from(&stats);
     store.close().map_err(|e| store_error(db, e))?;
 

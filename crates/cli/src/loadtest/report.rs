@@ -10,6 +10,7 @@ pub(super) fn summarize(
     wall: Duration,
     stats: &bavl_store::StoreStats,
     proofs: bool,
+    loads_before: u64,
 ) -> Summary {
     let col = |f: fn(&BlockRow) -> f64| rows.iter().map(f).collect::<Vec<f64>>();
     let ops: u64 = rows.iter().map(|r| r.ops).sum();
@@ -48,7 +49,13 @@ pub(super) fn summarize(
         proofs,
         paging: stats.paging.as_ref().map(|p| PagingJson {
             loads: p.loads,
-            loads_per_op: if ops == 0 { 0.0 } else { p.loads as f64 / ops as f64 },
+            block_loads: p.loads - loads_before.min(p.loads),
+            loads_per_op: if ops == 0 {
+                0.0
+            } else {
+                (p.loads - loads_before.min(p.loads)) as f64 / ops as f64
+            },
+            pinned_bytes: p.pinned_bytes,
             evictions: p.evictions,
             spilled_bytes: p.spilled_bytes,
             resident_bytes: p.resident_bytes,
@@ -62,10 +69,16 @@ pub(super) fn summarize(
 /// The pager's counters (`bavl_store::PagingStats`) as the report gives them.
 #[derive(Serialize)]
 pub(super) struct PagingJson {
-    /// Chunk bodies read back from disk (each verified), over the whole open.
+    /// Chunk bodies read back from disk (each verified), over the whole open (the
+    /// initial load included).
     pub loads: u64,
+    /// Of those, the loads of the blocks.
+    pub block_loads: u64,
     /// Loads per operation of the blocks.
     pub loads_per_op: f64,
+    /// Heap bytes only retained versions hold (bodies never written), after the last
+    /// commit.
+    pub pinned_bytes: u64,
     pub evictions: u64,
     pub spilled_bytes: u64,
     /// Heap bytes of resident bodies after the last eviction.
@@ -154,11 +167,12 @@ pub(super) fn render(
     }
     if let Some(p) = &s.paging {
         o.push(format!(
-            "paging        {} chunks loaded ({:.3} per op), {} evicted, {} resident, skeleton {}, page file {} ({} compactions)",
-            group(p.loads),
+            "paging        {} chunks loaded by the blocks ({:.3} per op), {} evicted, {} resident, {} only in retained versions, skeleton {}, page file {} ({} compactions)",
+            group(p.block_loads),
             p.loads_per_op,
             group(p.evictions),
             bytes(p.resident_bytes),
+            bytes(p.pinned_bytes),
             bytes(p.skeleton_bytes),
             bytes(p.page_file_bytes),
             p.compactions
