@@ -35,6 +35,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod body;
 mod check;
 mod chunk;
 pub mod codec;
@@ -48,11 +49,12 @@ mod skeleton;
 mod snapshot;
 mod tree;
 
+pub use body::{Body, ChunkRef};
 pub use error::{ChunkError, DecodeError, Error, InputError, ProofError, ProveError, RestoreError};
 #[cfg(feature = "blake3")]
 pub use hash::Blake3;
 pub use hash::{Digest, Hasher, Key, Sha256, FORMAT_VERSION};
-pub use page::{Body, ChunkRef, Entry, PageError, PageRef};
+pub use page::{Entry, PageError, PageRef};
 pub use proof::{
     verify_absence, verify_chunk, verify_chunk_unindexed, verify_membership, verify_range,
     VerifiedAbsence, VerifiedChunk, VerifiedMembership, VerifiedRange,
