@@ -16,8 +16,10 @@ use crate::node::{Leaf, Page};
 use crate::page::PageError;
 use crate::{MAX_KEY_LEN, MAX_VALUE_LEN};
 
-/// A chunk body decoded from untrusted bytes, not yet verified: [`Tree::page_in`](crate::Tree::page_in) and
-/// [`Snapshot::with_bodies`](crate::Snapshot::with_bodies) verify it against the page it is meant for.
+/// A chunk body decoded from untrusted bytes, not yet verified:
+/// [`Tree::page_in`](crate::Tree::page_in) and
+/// [`Snapshot::with_bodies`](crate::Snapshot::with_bodies) verify it against the page it
+/// is meant for.
 pub struct Body {
     chunk: Chunk,
     /// The hasher whose chunk hash [`Body::prehash`] computed and the chunk caches.
@@ -52,7 +54,8 @@ impl Body {
     }
 
     /// Computes the chunk hash with `H` now, on whatever thread decoded the body (a
-    /// store's prefetch threads), so that verifying it ([`Tree::page_in`](crate::Tree::page_in)) on the
+    /// store's prefetch threads), so that verifying it
+    /// ([`Tree::page_in`](crate::Tree::page_in)) on the
     /// writer's thread only compares. A body prehashed with another hasher than the
     /// tree's is refused there ([`PageError::Mismatch`]), never compared.
     pub fn prehash<H: Hasher>(&mut self) {
@@ -100,8 +103,9 @@ pub struct ChunkRef<'a> {
     pub index: u64,
     /// The height of the inner node whose separator is this chunk's first key (0 for the
     /// first chunk): with the chunks in order, it rebuilds the tree's shape. Only a
-    /// whole-version walk ([`Snapshot::for_each_chunk`](crate::Snapshot::for_each_chunk)) gives it; 0 from
-    /// [`Tree::chunk_ref`](crate::Tree::chunk_ref).
+    /// whole-version walk
+    /// ([`Snapshot::for_each_chunk`](crate::Snapshot::for_each_chunk)) gives it; 0
+    /// from [`Tree::chunk_ref`](crate::Tree::chunk_ref).
     pub key_height: u8,
 }
 
