@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use bavl_sync::http::{self, Byzantine, Catalog, ExportDir, Objects, Server};
 
-use crate::store_cmds::{open_existing, DbArg};
+use crate::store_cmds::{open_existing_with, DbArg};
 use crate::text::bytes;
 
 #[derive(clap::Args)]
@@ -27,6 +27,11 @@ pub struct ServeArgs {
     /// How many of the newest versions to retain and serve.
     #[arg(long, value_name = "N", default_value_t = 4)]
     keep: u64,
+    /// Keep at most M MiB of chunk bodies in memory and read the others from the store's
+    /// files per request (default: 256 for a paged store, whose state is then never read
+    /// whole; the whole state otherwise).
+    #[arg(long, value_name = "M")]
+    cache_mib: Option<u64>,
     /// Test facility: lie in one fixed way (docs/sync-protocol.md §9), otherwise serve
     /// honestly. KIND: wrong-bytes, wrong-index, other-version, truncate, overlong,
     /// endless, stall, trickle, http-error, garbage, redirect-loop, lying-manifest,
@@ -63,8 +68,11 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     // The store (if any) stays open, and locked, while serving.
     let (objects, _store, what): (Arc<dyn Objects>, _, String) = match (&args.db, &args.dir) {
         (Some(db), _) => {
-            let store = open_existing(db, args.keep)?;
-            let catalog = Catalog::new();
+            let store = open_existing_with(db, args.keep, args.cache_mib)?;
+            let catalog = match loader(&store) {
+                Some(l) => Catalog::with_loader(l),
+                None => Catalog::new(),
+            };
             let versions: Vec<u64> = store.versions().collect();
             for &v in &versions {
                 let snap = store.snapshot(v).map_err(|e| crate::store_cmds::store_error(db, e))?;
@@ -72,7 +80,9 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 // Computed now, not on the first request: every syncing node asks for it
                 // first, and ten peers computing it at once on a small machine held the
                 // first chunk back by 0.2 s (docs/sync-protocol.md §8).
-                catalog.manifest_json(v);
+                catalog
+                    .manifest_json(v)
+                    .with_context(|| format!("reading version {v}'s chunks in {}", db.display()))?;
             }
             let what = format!(
                 "versions {versions:?} of {} (newest root {})",
@@ -123,6 +133,17 @@ pub struct ExportArgs {
     /// before are kept and listed).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
+    /// Keep at most M MiB of chunk bodies in memory, reading the others one at a time
+    /// (default: 256 for a paged store, whose state is then never read whole; the whole
+    /// state otherwise).
+    #[arg(long, value_name = "M")]
+    cache_mib: Option<u64>,
+}
+
+/// A chunk loader over `store`'s files, for a paged store.
+fn loader(store: &bavl_store::Store) -> Option<bavl_sync::protocol::ChunkLoader> {
+    let l = store.page_loader()?;
+    Some(Arc::new(move |snap, pages| l.load(snap, pages).map_err(std::io::Error::other)))
 }
 
 pub const EXPORT_HELP: &str = "Examples:
@@ -139,13 +160,15 @@ Exit status: 0 written, 2 bad arguments, no store there, unknown version or I/O 
 
 pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     let db = &args.db.db;
-    let store = open_existing(db, u64::MAX)?;
+    let store = open_existing_with(db, u64::MAX, args.cache_mib)?;
     let version = args.version.unwrap_or(store.version());
     let snap = store.snapshot(version).map_err(|e| crate::store_cmds::store_error(db, e))?;
-    drop(store);
+    let load = loader(&store);
     let bar = indicatif::ProgressBar::new(snap.chunk_count());
-    let report = http::export(&snap, version, &args.out, &mut |_| bar.inc(1))
-        .with_context(|| format!("exporting to {}", args.out.display()))?;
+    let report =
+        http::export_loading(&snap, version, &args.out, load.as_ref(), &mut |_| bar.inc(1))
+            .with_context(|| format!("exporting to {}", args.out.display()))?;
+    drop(store);
     bar.finish_and_clear();
     println!(
         "exported version {version} (root {}, {} keys, {} chunks, {}) to {}",

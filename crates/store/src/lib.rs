@@ -64,6 +64,7 @@ mod options;
 pub mod pace;
 mod pagefile;
 mod paging;
+mod prefetch;
 mod reopen;
 pub mod wal;
 
@@ -87,7 +88,8 @@ pub use options::{CheckpointPolicy, CommitTiming, Options, Reclaim, StoreStats};
 use pace::Activity;
 pub use pace::CheckpointPace;
 use paging::Pager;
-pub use paging::{OwnedEntry, PagingStats};
+pub use paging::{OwnedEntry, PageLoader, PagingStats};
+pub use prefetch::PREFETCH_THREADS;
 
 /// A durable, versioned key-value store. See the crate documentation.
 pub struct Store {

@@ -425,6 +425,11 @@ fn rebuild(
                     }
                     let first_after_checkpoint =
                         version == base + 1 && recovery.checkpoint.is_some();
+                    if let Some(p) = pager.as_deref_mut() {
+                        // The version's chunks on several threads first (a record of
+                        // 10,000 operations reloaded one at a time took seconds).
+                        p.prefetch(&mut tree, wal::record_keys(&body))?;
+                    }
                     let mut load = |t: &mut Tree, needs| match pager.as_deref_mut() {
                         Some(p) => p.load(t, needs),
                         None => Ok(()),

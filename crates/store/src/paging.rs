@@ -22,7 +22,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use bavl_core::{Body, InputError, PageRef, Snapshot, Tree};
+use bavl_core::{InputError, PageRef, Snapshot, Tree};
 
 use crate::backend::Backend;
 pub(crate) use crate::pagefile::{
@@ -32,6 +32,18 @@ use crate::{Store, StoreError};
 
 /// A key and its value, copied out of the store.
 pub type OwnedEntry = (Vec<u8>, Vec<u8>);
+
+/// Reads a paged store's absent chunks back into its versions ([`Store::page_loader`]).
+#[derive(Clone)]
+pub struct PageLoader(PageSet);
+
+impl PageLoader {
+    /// `snap` with the chunks of `pages` resident, each read and verified: a new
+    /// snapshot, `snap` unchanged (as [`Store::load_pages`]).
+    pub fn load(&self, snap: &Snapshot, pages: &[PageRef]) -> Result<Snapshot, StoreError> {
+        self.0.materialize(snap, pages)
+    }
+}
 
 /// Counters of the pager, in [`crate::StoreStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -267,58 +279,7 @@ impl Pager {
     }
 }
 
-/// Threads of one prefetch: reads of chunk files wait on the disk far more than they
-/// compute (one read, a decode and a hash per chunk), so more threads than cores keep
-/// more reads in flight, as NOMT's io_uring queue does.
-pub const PREFETCH_THREADS: usize = 16;
-/// A prefetch starts no thread for fewer chunks than this.
-const MIN_PER_THREAD: usize = 8;
-
 impl Store {
-    /// Loads, on up to [`PREFETCH_THREADS`] threads, the paged-out chunks holding `keys` (what a block
-    /// about to be applied will touch first; a neighbour the fill policy may need besides
-    /// is loaded by the operation itself). Returns how many chunks were loaded; a no-op
-    /// without paging. Each body is verified as on any load.
-    pub fn prefetch<K: AsRef<[u8]>>(&mut self, keys: &[K]) -> Result<usize, StoreError> {
-        let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) else {
-            return Ok(0);
-        };
-        let mut pages: Vec<PageRef> =
-            keys.iter().filter_map(|k| self.tree.try_get(k.as_ref()).err()).collect();
-        pages.sort_unstable_by_key(|p| p.index);
-        pages.dedup_by_key(|p| p.index);
-        let threads = PREFETCH_THREADS.min(pages.len().div_ceil(MIN_PER_THREAD)).max(1);
-        let files = &p.files;
-        type Read<'a> = Vec<(&'a PageRef, Result<Body, StoreError>)>;
-        let read: Read<'_> = std::thread::scope(|s| {
-            let parts = pages.chunks(pages.len().div_ceil(threads).max(1));
-            let handles: Vec<_> = parts
-                .map(|part| {
-                    s.spawn(move || -> Read<'_> {
-                        // Decoded and hashed here: the writer's thread only compares.
-                        let read = |pg| {
-                            files.read(pg).map(|mut b: Body| {
-                                b.prehash::<bavl_core::Sha256>();
-                                b
-                            })
-                        };
-                        part.iter().map(|pg| (pg, read(pg))).collect()
-                    })
-                })
-                .collect();
-            // A reading thread that panicked loads nothing: its chunks load on demand.
-            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
-        });
-        let loaded = read.len();
-        for (pg, body) in read {
-            self.tree.page_in(pg.index, body?).map_err(|e| {
-                StoreError::corrupted(&files.name_of(pg.loc), split_loc(pg.loc).1, e.to_string())
-            })?;
-        }
-        p.stats.loads += loaded as u64;
-        Ok(loaded)
-    }
-
     /// After commit `version` is durable and hashed, before its snapshot is taken (so the
     /// version shares pages, not bodies): evicts to the budget and compacts the page file
     /// if due. A failure (of the page file) poisons the store: the version is durable,
@@ -404,6 +365,14 @@ impl Store {
             snap = self.load_pages(&snap, &[page])?;
         }
         Ok(snap)
+    }
+
+    /// A reader of this store's chunk files that other threads may keep (a server's
+    /// catalog, an export): it reads absent chunks of this store's versions back, each
+    /// verified, without the store. `None` without paging. A file deleted since (a writer
+    /// in another process compacted it) makes its loads fail, never answer wrongly.
+    pub fn page_loader(&self) -> Option<PageLoader> {
+        self.pager.as_ref().map(|p| PageLoader(p.files.clone()))
     }
 
     /// `snap` (a retained version) with the chunks of `pages` read back from the page

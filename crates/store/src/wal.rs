@@ -242,6 +242,27 @@ pub fn apply(
     apply_loading(tree, body, name, offset, &mut |_, _| Ok(()))
 }
 
+/// The keys a record's body names, in order, as far as it parses (for a prefetch before
+/// it is replayed: [`apply_loading`] checks the body and reports what is wrong with it).
+pub(crate) fn record_keys(body: &[u8]) -> Vec<&[u8]> {
+    let mut keys = Vec::new();
+    let Some(count) = body.get(32..36) else { return keys };
+    let count = u32::from_le_bytes(count.try_into().expect("4 bytes"));
+    let mut p = BODY_PREFIX_LEN;
+    for _ in 0..count {
+        let Some(&[op, k0, k1]) = body.get(p..p + 3) else { break };
+        let klen = u16::from_le_bytes([k0, k1]) as usize;
+        let Some(key) = body.get(p + 3..p + 3 + klen) else { break };
+        p += 3 + klen;
+        if op == OP_PUT {
+            let Some(v) = body.get(p..p + 4) else { break };
+            p += 4 + u32::from_le_bytes(v.try_into().expect("4 bytes")) as usize;
+        }
+        keys.push(key);
+    }
+    keys
+}
+
 /// Makes the chunks of a list resident in a tree (the paged store's loader).
 pub(crate) type Loader<'a> = dyn FnMut(&mut Tree, Vec<PageRef>) -> Result<(), StoreError> + 'a;
 

@@ -29,7 +29,7 @@
 //!         // A transport would GET `req.path` from the source through `req.guard()`.
 //!         Action::Send(req) => {
 //!             let body = match req.want {
-//!                 Want::Manifest => Manifest::from_snapshot(1, &snap).to_json(),
+//!                 Want::Manifest => Manifest::from_snapshot(1, &snap).unwrap().to_json(),
 //!                 Want::Chunk(i) => snap.export_chunk(i).unwrap(),
 //!             };
 //!             syncer.handle(now, Event::Response { id: req.id, body });

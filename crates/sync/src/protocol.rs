@@ -7,7 +7,13 @@
 //! a manifest only says where to look and how big a chunk should be, and the first
 //! verified chunk tells the truth about the chunk count and capacity.
 
-use bavl_core::{Digest, Hasher, Snapshot, MAX_CAPACITY, MAX_KEY_LEN, MAX_VALUE_LEN, MIN_CAPACITY};
+use std::io;
+use std::sync::Arc;
+
+use bavl_core::{
+    ChunkError, Digest, Hasher, PageRef, Snapshot, MAX_CAPACITY, MAX_KEY_LEN, MAX_VALUE_LEN,
+    MIN_CAPACITY,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ManifestError;
@@ -76,19 +82,72 @@ pub struct Manifest {
     pub chunk_sizes: Vec<u64>,
 }
 
+/// Reads absent chunks of a version back (a paged store's `bavl_store::PageLoader`):
+/// `snap` with the chunks of `pages` resident, each verified; `snap` is unchanged.
+pub type ChunkLoader = Arc<dyn Fn(&Snapshot, &[PageRef]) -> io::Result<Snapshot> + Send + Sync>;
+
+/// Chunk `index` of `snap` in the export format (§3), reading it back with `load` first
+/// if it is absent; `None` if the version has no such chunk. An absent chunk with no
+/// loader is an error, never "no such chunk".
+pub fn export_chunk(
+    snap: &Snapshot,
+    index: u64,
+    load: Option<&ChunkLoader>,
+) -> io::Result<Option<Vec<u8>>> {
+    match snap.export_chunk(index) {
+        Ok(chunk) => Ok(Some(chunk)),
+        Err(ChunkError::OutOfRange { .. }) => Ok(None),
+        Err(ChunkError::NotResident(page)) => {
+            let Some(load) = load else {
+                return Err(io::Error::other(ChunkError::NotResident(page)));
+            };
+            let loaded = load(snap, &[page])?;
+            loaded.export_chunk(index).map(Some).map_err(io::Error::other)
+        }
+    }
+}
+
 impl Manifest {
     /// The manifest of `snap` at `version`. Exports every chunk once to measure it:
-    /// O(state); a server computes it once per version and caches it.
-    pub fn from_snapshot<H: Hasher>(version: u64, snap: &Snapshot<H>) -> Manifest {
+    /// O(state); a server computes it once per version and caches it. A chunk not in
+    /// memory (a paged version) is an error naming it, never a size of 0: see
+    /// [`Manifest::from_snapshot_loading`].
+    pub fn from_snapshot<H: Hasher>(
+        version: u64,
+        snap: &Snapshot<H>,
+    ) -> Result<Manifest, ChunkError> {
         let count = snap.chunk_count();
-        let chunk_sizes =
-            (0..count).map(|i| snap.export_chunk(i).map_or(0, |c| c.len() as u64)).collect();
+        let mut chunk_sizes = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            chunk_sizes.push(snap.export_chunk(i)?.len() as u64);
+        }
+        Ok(Self::with_sizes(version, snap, chunk_sizes))
+    }
+
+    /// [`Manifest::from_snapshot`] of a version whose absent chunks `load` reads back,
+    /// one at a time (each is measured and dropped: the version is not loaded whole).
+    pub fn from_snapshot_loading(
+        version: u64,
+        snap: &Snapshot,
+        load: Option<&ChunkLoader>,
+    ) -> io::Result<Manifest> {
+        let count = snap.chunk_count();
+        let mut chunk_sizes = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let chunk = export_chunk(snap, i, load)?
+                .ok_or_else(|| io::Error::other(ChunkError::OutOfRange { index: i, count }))?;
+            chunk_sizes.push(chunk.len() as u64);
+        }
+        Ok(Self::with_sizes(version, snap, chunk_sizes))
+    }
+
+    fn with_sizes<H: Hasher>(version: u64, snap: &Snapshot<H>, chunk_sizes: Vec<u64>) -> Self {
         Manifest {
             format: PROTOCOL_VERSION,
             version,
             root: hex::encode(snap.root_hash()),
             capacity: snap.capacity(),
-            chunk_count: count,
+            chunk_count: snap.chunk_count(),
             key_count: snap.len(),
             chunk_sizes,
         }
@@ -195,7 +254,7 @@ mod tests {
     fn manifest_roundtrip_and_checks() {
         let s = snap(100);
         let root = s.root_hash();
-        let m = Manifest::from_snapshot(3, &s);
+        let m = Manifest::from_snapshot(3, &s).unwrap();
         assert_eq!(Manifest::decode(&m.to_json(), 3, &root).unwrap(), m);
         assert!(matches!(
             Manifest::decode(&m.to_json(), 4, &root),
@@ -220,7 +279,7 @@ mod tests {
     #[test]
     fn sizes_are_within_bounds() {
         let s = snap(200);
-        let m = Manifest::from_snapshot(1, &s);
+        let m = Manifest::from_snapshot(1, &s).unwrap();
         assert!(m.chunk_sizes.iter().all(|&c| c >= MIN_CHUNK_LEN && c <= max_chunk_len(8)));
         let mut t = Tree::<Sha256>::with_capacity(4).unwrap();
         t.insert(b"k", b"").unwrap();

@@ -38,7 +38,7 @@ fn snapshot() -> Snapshot {
 fn catalog(snap: &Snapshot) -> Arc<Catalog> {
     let c = Catalog::new();
     c.publish(VERSION, snap.clone());
-    c.manifest_json(VERSION);
+    c.manifest_json(VERSION).unwrap();
     c
 }
 

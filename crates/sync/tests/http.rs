@@ -31,7 +31,7 @@ enum Lie {
 fn liar(snap: Snapshot, version: u64, lie: Lie) -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
-    let manifest = Manifest::from_snapshot(version, &snap).to_json();
+    let manifest = Manifest::from_snapshot(version, &snap).unwrap().to_json();
     std::thread::spawn(move || {
         for conn in l.incoming() {
             let Ok(mut s) = conn else { continue };
@@ -126,7 +126,7 @@ fn syncs_from_server_mirror_and_liars() {
     let dir = std::env::temp_dir().join(format!("bavl-http-export-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let report = http::export(&snap, version, &dir, &mut |_| {}).unwrap();
-    assert_eq!(report.manifest, Manifest::from_snapshot(version, &snap));
+    assert_eq!(report.manifest, Manifest::from_snapshot(version, &snap).unwrap());
     let python = python_server(&dir);
 
     let mut urls = vec![
@@ -216,7 +216,7 @@ fn server_paths_headers_and_live_publishing() {
     catalog.withdraw(1);
     let (head, body) = get(&protocol::manifest_path(2));
     assert!(head.contains("Cache-Control: max-age=60"), "{head}");
-    assert_eq!(body, Manifest::from_snapshot(2, &snap2).to_json());
+    assert_eq!(body, Manifest::from_snapshot(2, &snap2).unwrap().to_json());
     let (_, body) = get(&protocol::listing_path());
     let l = protocol::Listing::decode(&body).unwrap();
     assert_eq!(l.snapshots.len(), 1);

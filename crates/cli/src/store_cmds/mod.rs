@@ -72,16 +72,40 @@ pub fn store_error(db: &Path, e: StoreError) -> anyhow::Error {
 
 /// Opens an existing store read-only (a shared lock; nothing on disk is changed, so a
 /// backup, a snapshot or a read-only mount can be read), retaining the `keep` newest
-/// versions.
+/// versions. A paged store (one whose checkpoints are skeletons, `docs/design.md` §8.5.1)
+/// opens paged with a cache of [`READ_CACHE_MIB`]: its state is not read into memory.
 pub fn open_existing(db: &Path, keep: u64) -> Result<Store> {
+    open_existing_with(db, keep, None)
+}
+
+/// Chunk bodies a read-only command keeps in memory when it opens a paged store, MiB.
+pub const READ_CACHE_MIB: u64 = 256;
+
+/// [`open_existing`] with a cache of `cache_mib` MiB of chunk bodies (paging on even for a
+/// store that is not paged on disk: its state is read once and then evicted); `None`:
+/// [`READ_CACHE_MIB`] for a paged store, the whole state otherwise.
+pub fn open_existing_with(db: &Path, keep: u64, cache_mib: Option<u64>) -> Result<Store> {
     require_store(db)?;
+    let cache_mib = cache_mib.or(paged_on_disk(db).then_some(READ_CACHE_MIB));
     let opts = Options {
         keep_recent: keep,
         checkpoint: CheckpointPolicy::Manual,
         read_only: true,
+        cache_bytes: cache_mib.map(|m| m << 20),
         ..Options::default()
     };
     Store::open(db, opts).map_err(|e| store_error(db, e))
+}
+
+/// Whether the store in `db` keeps skeletons (`skel-*.bavl`): a paged store.
+pub fn paged_on_disk(db: &Path) -> bool {
+    std::fs::read_dir(db).is_ok_and(|d| {
+        d.flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("skel-") && name.ends_with(".bavl")
+        })
+    })
 }
 
 /// The store's directory (every store command).

@@ -19,7 +19,7 @@ use bavl_core::{Digest, Snapshot};
 
 use super::server::Objects;
 
-use crate::protocol::{self, ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
+use crate::protocol::{self, ChunkLoader, ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
 
 /// What an export wrote.
 #[derive(Debug, Clone)]
@@ -35,6 +35,18 @@ pub fn export(
     snap: &Snapshot,
     version: u64,
     out: &Path,
+    on_chunk: &mut dyn FnMut(u64),
+) -> io::Result<ExportReport> {
+    export_loading(snap, version, out, None, on_chunk)
+}
+
+/// [`export`] of a version whose absent chunks (a paged store's) `load` reads back, one
+/// at a time: the version is never loaded whole.
+pub fn export_loading(
+    snap: &Snapshot,
+    version: u64,
+    out: &Path,
+    load: Option<&ChunkLoader>,
     on_chunk: &mut dyn FnMut(u64),
 ) -> io::Result<ExportReport> {
     let root = snap.root_hash();
@@ -54,7 +66,10 @@ pub fn export(
     let chunk_dir = file(out, &protocol::chunk_path(&root, 0));
     fs::create_dir_all(chunk_dir.parent().unwrap_or(out))?;
     for i in 0..snap.chunk_count() {
-        let chunk = snap.export_chunk(i).map_err(io::Error::other)?;
+        let count = snap.chunk_count();
+        let chunk = protocol::export_chunk(snap, i, load)?.ok_or_else(|| {
+            io::Error::other(bavl_core::ChunkError::OutOfRange { index: i, count })
+        })?;
         write_file(&file(out, &protocol::chunk_path(&root, i)), &chunk)?;
         report.manifest.chunk_sizes.push(chunk.len() as u64);
         report.files += 1;

@@ -16,5 +16,5 @@ pub mod wire;
 pub use byzantine::Byzantine;
 pub use client::{BaseUrl, Client, UrlError};
 pub use download::{download, DownloadError, Downloaded, SourceEvent, SyncConfig};
-pub use export::{export, ExportDir, ExportReport};
+pub use export::{export, export_loading, ExportDir, ExportReport};
 pub use server::{Catalog, Objects, Server, ServerHandle};

@@ -19,11 +19,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use bavl_core::{ChunkError, Digest, Snapshot};
+use bavl_core::{Digest, Snapshot};
 
 use super::byzantine::{Answer, Byzantine, Liar};
 use super::wire::{self, MAX_HEAD};
-use crate::protocol::{self, ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
+use crate::protocol::{self, ChunkLoader, ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -51,11 +51,20 @@ pub trait Objects: Send + Sync {
 pub struct Catalog {
     versions: RwLock<BTreeMap<u64, Snapshot>>,
     manifests: Mutex<HashMap<u64, Arc<Vec<u8>>>>,
+    /// Reads back the chunks of a paged store's versions that are not in memory.
+    loader: Option<ChunkLoader>,
 }
 
 impl Catalog {
     pub fn new() -> Arc<Catalog> {
         Arc::new(Catalog::default())
+    }
+
+    /// A catalog of a paged store's versions: a chunk not in memory is read back with
+    /// `loader` for the request (and dropped after it), so serving never loads a version
+    /// whole.
+    pub fn with_loader(loader: ChunkLoader) -> Arc<Catalog> {
+        Arc::new(Catalog { loader: Some(loader), ..Catalog::default() })
     }
 
     /// Offers `snap` as `version` (an O(1) snapshot of the store's version).
@@ -83,19 +92,21 @@ impl Catalog {
         versions.values().find(|s| s.root_hash() == *root).cloned()
     }
 
-    /// The manifest of `version`, computed once and cached.
-    pub fn manifest_json(&self, version: u64) -> Option<Arc<Vec<u8>>> {
+    /// The manifest of `version`, computed once and cached (`Ok(None)`: no such
+    /// version). Fails only when a chunk cannot be read back (a paged store's file).
+    pub fn manifest_json(&self, version: u64) -> io::Result<Option<Arc<Vec<u8>>>> {
         if let Some(m) = self.manifests.lock().unwrap_or_else(|e| e.into_inner()).get(&version) {
-            return Some(m.clone());
+            return Ok(Some(m.clone()));
         }
-        let snap = self.snapshot(version)?;
+        let Some(snap) = self.snapshot(version) else { return Ok(None) };
         // Computed outside the lock: other requests are not held behind it.
-        let json = Arc::new(Manifest::from_snapshot(version, &snap).to_json());
+        let manifest = Manifest::from_snapshot_loading(version, &snap, self.loader.as_ref())?;
+        let json = Arc::new(manifest.to_json());
         let mut cache = self.manifests.lock().unwrap_or_else(|e| e.into_inner());
         if self.snapshot(version).is_some() {
             cache.insert(version, json.clone());
         }
-        Some(json)
+        Ok(Some(json))
     }
 
     /// The listing body.
@@ -119,17 +130,14 @@ impl Objects for Catalog {
     }
 
     fn manifest(&self, version: u64) -> io::Result<Option<Arc<Vec<u8>>>> {
-        Ok(self.manifest_json(version))
+        self.manifest_json(version)
     }
 
     fn chunk(&self, root: &Digest, index: u64) -> io::Result<Option<Vec<u8>>> {
         let Some(snap) = self.by_root(root) else { return Ok(None) };
-        match snap.export_chunk(index) {
-            Ok(chunk) => Ok(Some(chunk)),
-            Err(ChunkError::OutOfRange { .. }) => Ok(None),
-            // A chunk this version cannot read is the server's failure, never a 404.
-            Err(e @ ChunkError::NotResident(_)) => Err(io::Error::other(e)),
-        }
+        // A chunk this version cannot read (absent with no loader, or its file unreadable)
+        // is the server's failure, never a 404.
+        protocol::export_chunk(&snap, index, self.loader.as_ref())
     }
 }
 

@@ -387,7 +387,8 @@ impl Sim {
         }
         match (behaviour, req.want) {
             (Behaviour::DripAll, Want::Manifest) => {
-                let len = Manifest::from_snapshot(VERSION, &self.world.truth).to_json().len();
+                let len =
+                    Manifest::from_snapshot(VERSION, &self.world.truth).unwrap().to_json().len();
                 return Answer::Stream(Some(len as u64), 10);
             }
             (Behaviour::DripAll, Want::Chunk(_)) => return Answer::Stream(Some(4096), 10),
@@ -409,7 +410,7 @@ impl Sim {
             return Answer::Fail(FailureKind::Http(404));
         }
         let honest = || match req.want {
-            Want::Manifest => Manifest::from_snapshot(VERSION, &w.truth).to_json(),
+            Want::Manifest => Manifest::from_snapshot(VERSION, &w.truth).unwrap().to_json(),
             Want::Chunk(i) => w.truth.export_chunk(i).unwrap_or_default(),
         };
         let chunk = |i: u64, f: &dyn Fn(Vec<u8>) -> Vec<u8>| match req.want {
@@ -418,7 +419,7 @@ impl Sim {
         };
         let manifest = |f: &dyn Fn(&mut Manifest)| match req.want {
             Want::Manifest => {
-                let mut m = Manifest::from_snapshot(VERSION, &w.truth);
+                let mut m = Manifest::from_snapshot(VERSION, &w.truth).unwrap();
                 f(&mut m);
                 m.to_json()
             }
@@ -475,7 +476,7 @@ impl Sim {
                 m.chunk_sizes.clear();
             }),
             Behaviour::WrongVersion => match req.want {
-                Want::Manifest => Manifest::from_snapshot(VERSION + 1, &w.later).to_json(),
+                Want::Manifest => Manifest::from_snapshot(VERSION + 1, &w.later).unwrap().to_json(),
                 Want::Chunk(i) => w.later.export_chunk(i).unwrap_or_default(),
             },
             Behaviour::Stall | Behaviour::Trickle => match req.want {

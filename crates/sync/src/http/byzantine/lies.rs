@@ -330,7 +330,7 @@ mod tests {
         assert_eq!(r.encoding, Some("gzip"));
         let mut plain = Vec::new();
         flate2::read::GzDecoder::new(&r.body[..]).read_to_end(&mut plain).unwrap();
-        assert_eq!(plain, *c.manifest_json(3).unwrap());
+        assert_eq!(plain, *c.manifest_json(3).unwrap().unwrap());
         assert!(matches!(
             Liar::new(Byzantine::GzipManifest).answer(&*c, Some(Target::Listing), ""),
             Answer::Honest

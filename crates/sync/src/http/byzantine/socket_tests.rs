@@ -112,7 +112,7 @@ fn no_chunk_zero_holds_chunk_0_and_answers_404_for_others() {
     let mut m = get(&h, &protocol::manifest_path(1));
     let (got, _) = read_for(&mut m, Duration::from_secs(2), 1 << 20);
     let (_, body) = split_head(&got);
-    assert_eq!(body, &protocol::Manifest::from_snapshot(1, &snap).to_json()[..]);
+    assert_eq!(body, &protocol::Manifest::from_snapshot(1, &snap).unwrap().to_json()[..]);
 }
 
 #[test]
