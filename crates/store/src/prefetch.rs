@@ -28,8 +28,25 @@ impl Pager {
         if !tree.is_paged() {
             return Ok(0);
         }
-        let mut pages: Vec<PageRef> =
-            keys.into_iter().filter_map(|k| tree.try_get(k).err()).collect();
+        let keys: Vec<&[u8]> = keys.into_iter().collect();
+        // First the chunks holding the keys; then, with those resident (so each knows
+        // whether its key is new and whether it is full), the neighbours an insert of a
+        // new key into a full chunk evens out or splits over (`absent_for_insert`), which
+        // the block would otherwise load one at a time as it meets them.
+        let mut loaded =
+            self.load_parallel(tree, keys.iter().filter_map(|k| tree.try_get(k).err()).collect())?;
+        let neighbours: Vec<PageRef> =
+            keys.iter().flat_map(|k| tree.absent_for_insert(k)).collect();
+        loaded += self.load_parallel(tree, neighbours)?;
+        Ok(loaded)
+    }
+
+    /// Reads `pages` on up to [`PREFETCH_THREADS`] threads and installs them in `tree`.
+    fn load_parallel(
+        &mut self,
+        tree: &mut Tree,
+        mut pages: Vec<PageRef>,
+    ) -> Result<usize, StoreError> {
         pages.sort_unstable_by_key(|p| p.index);
         pages.dedup_by_key(|p| p.index);
         let threads = PREFETCH_THREADS.min(pages.len().div_ceil(MIN_PER_THREAD)).max(1);
@@ -67,8 +84,9 @@ impl Pager {
 
 impl Store {
     /// Loads, on up to [`PREFETCH_THREADS`] threads, the paged-out chunks holding `keys`
-    /// (what a block about to be applied will touch first; a neighbour the fill policy may
-    /// need besides is loaded by the operation itself). Returns how many chunks were
+    /// (what a block about to be applied will touch), then the neighbours an insert of a
+    /// new key into a full one needs; anything else an operation needs (a neighbour after
+    /// the block's own splits, a remove's) it loads itself. Returns how many chunks were
     /// loaded; a no-op without paging. Each body is verified as on any load.
     pub fn prefetch<K: AsRef<[u8]>>(&mut self, keys: &[K]) -> Result<usize, StoreError> {
         match &mut self.pager {

@@ -67,20 +67,23 @@ struct Cli {
 enum Cmd {
     /// Run the comparison (see `bavl-peers --help`).
     Run(RunArgs),
-    /// Each store's run inside a cgroup v1 memory limit (root): the baseline of issue 20.
+    /// Each store's run inside a cgroup v1 memory limit (root): issue 20's measurement.
     ///
     /// Per key count, the parent writes the block stream once; each store then runs in its
     /// own child process inside its own memory group (the limit, swappiness 0): the load in
-    /// commits of --load-batch keys, warm-up and measured blocks, a reopen. The kernel's
-    /// counters (peak usage with page cache, limit hits, OOM kills) and the child's
-    /// (VmHWM, /proc/self/io over the measured blocks) go to the JSON; an OOM kill is
-    /// recorded with the keys loaded by then. A second child, outside the group, reads
-    /// every key back and the final state must match. Needs root and /sys/fs/cgroup/memory.
+    /// commits of --load-batch keys (or, with --preload, a loader outside the group and an
+    /// open inside it), warm-up and measured blocks, a reopen. The kernel's counters (peak
+    /// usage with page cache, limit hits, OOM kills) and the child's (VmHWM,
+    /// /proc/self/io over the measured blocks) go to the JSON, with issue 20's targets
+    /// computed under `targets`; an OOM kill is recorded with the keys loaded by then. A
+    /// second child, outside the group, reads every key back and the final state must
+    /// match. Needs root and /sys/fs/cgroup/memory.
     ///
     /// Examples:
-    ///   bavl-peers cgroup                                     # 1M and 10M keys, 2 GiB
-    ///   bavl-peers cgroup --keys 30000000 --memory-limit 1GiB
-    ///   bavl-peers cgroup --quick --out /tmp/paged-baseline.json   # smoke, ~15 s
+    ///   bavl-peers cgroup                  # nomt, bavl, bavl-paged(-cached): 1M and 10M, 2 GiB
+    ///   bavl-peers cgroup --preload --keys 1000000,10000000,30000000 \
+    ///       --memory-limit 2GiB,1GiB --in-memory-up-to 10000000   # docs/results/paged.json
+    ///   bavl-peers cgroup --quick --out /tmp/paged.json   # smoke, ~20 s
     #[command(verbatim_doc_comment)]
     Cgroup(memlimit::CgroupArgs),
     /// List the stores, whether this build has them and their durability setting.

@@ -35,7 +35,7 @@ pub struct CgroupArgs {
     /// `bavl-peers list`, and `bavl-purge`: bavl with mimalloc returning freed memory to the
     /// OS after its default delay (MIMALLOC_PURGE_DELAY=10) instead of keeping it as the
     /// `bavl` binary does (`bavl_alloc::keep_freed_memory`).
-    #[arg(long, value_delimiter = ',', default_value = "nomt,bavl")]
+    #[arg(long, value_delimiter = ',', default_value = "nomt,bavl,bavl-paged,bavl-paged-cached")]
     stores: Vec<String>,
     /// The memory limit of each store's group, e.g. 2GiB (default 2GiB; 1GiB with --quick:
     /// nomt's smallest hash table, 64,000 buckets, alone keeps ~480 MB resident, and under
@@ -82,7 +82,7 @@ pub struct CgroupArgs {
     dir: Option<PathBuf>,
     #[arg(long)]
     keep: bool,
-    /// JSON report (default docs/results/paged-baseline.json); the PNG goes beside it,
+    /// JSON report (default docs/results/paged.json); the PNG goes beside it,
     /// `A-B.json` -> `A/B.png` (docs/results/paged/baseline.png), `X.json` -> `X/X.png`.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -183,7 +183,7 @@ pub fn run(a: CgroupArgs) -> Result<()> {
     }
     drop(MemCgroup::create("probe", limit)?);
     let dir = a.dir.clone().unwrap_or_else(|| root.join("target/paged-bench"));
-    let out = a.out.clone().unwrap_or_else(|| root.join("docs/results/paged-baseline.json"));
+    let out = a.out.clone().unwrap_or_else(|| root.join("docs/results/paged.json"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let fs = report::fs_type(&dir);
     if matches!(fs.as_str(), "tmpfs" | "ramfs") {
@@ -360,7 +360,7 @@ fn write(
     wall_s: f64,
 ) -> Result<()> {
     let rep = Report {
-        benchmark: "paged-baseline: Workload B inside a cgroup v1 memory limit",
+        benchmark: "paged: Workload B inside a cgroup v1 memory limit (issue 20)",
         issue: 20,
         command: command.to_string(),
         date_unix_s: std::time::SystemTime::now()
