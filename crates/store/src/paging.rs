@@ -92,6 +92,8 @@ pub(crate) struct Pager {
     /// Heap bytes of the bodies only retained versions hold (none of them on disk yet),
     /// as the last commit found them ([`Store::unpin_retained`]).
     pinned: u64,
+    /// Heap bytes of the bodies loaded since the last eviction (a block's loads).
+    loaded_bytes: u64,
     /// The clock hand: the next chunk index the eviction sweep looks at.
     hand: u64,
     buf: Vec<u8>,
@@ -105,7 +107,7 @@ impl Pager {
         let (gen, dir, retiring, buf) = (1, dir.to_path_buf(), Vec::new(), Vec::new());
         let stats = PagingStats::default();
         let min_compact = crate::compact::MIN_FILE;
-        let pinned = 0;
+        let (pinned, loaded_bytes) = (0, 0);
         Ok(Pager {
             files,
             gen,
@@ -117,6 +119,7 @@ impl Pager {
             budget,
             min_compact,
             pinned,
+            loaded_bytes,
             hand: 0,
             buf,
             stats,
@@ -233,9 +236,16 @@ impl Pager {
             tree.page_in(p.index, body).map_err(|e| {
                 StoreError::corrupted(&self.files.name_of(p.loc), split_loc(p.loc).1, e.to_string())
             })?;
-            self.stats.loads += 1;
+            self.loaded(tree, p.index);
         }
         Ok(())
+    }
+
+    /// Counts chunk `index`, just made resident in `tree`, as loaded since the last
+    /// eviction.
+    pub(crate) fn loaded(&mut self, tree: &Tree, index: u64) {
+        self.stats.loads += 1;
+        self.loaded_bytes += tree.chunk_ref(index).map_or(0, |c| c.heap_bytes() as u64 + 16);
     }
 
     /// Evicts chunks of the (fully hashed) `tree`, sweeping from the clock hand, until its
@@ -250,7 +260,8 @@ impl Pager {
     pub(crate) fn evict(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
         let s = tree.skeleton_stats();
         let mut resident = s.resident_bytes;
-        let target = self.budget.saturating_sub(self.pinned).max(self.budget / 4);
+        let room = self.pinned + std::mem::take(&mut self.loaded_bytes);
+        let target = self.budget.saturating_sub(room).max(self.budget / 4);
         let n = tree.chunk_count();
         let mut scanned = 0;
         while resident > target && scanned < n {

@@ -71,14 +71,33 @@ impl Pager {
             // A reading thread that panicked loads nothing: its chunks load on demand.
             handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
         });
-        let loaded = read.len();
+        let mut installed = Vec::with_capacity(read.len());
+        let mut failed = None;
         for (pg, body) in read {
-            tree.page_in(pg.index, body?).map_err(|e| {
-                StoreError::corrupted(&files.name_of(pg.loc), split_loc(pg.loc).1, e.to_string())
-            })?;
-            self.stats.loads += 1;
+            let r = body.and_then(|b| {
+                tree.page_in(pg.index, b).map_err(|e| {
+                    StoreError::corrupted(
+                        &files.name_of(pg.loc),
+                        split_loc(pg.loc).1,
+                        e.to_string(),
+                    )
+                })
+            });
+            match r {
+                Ok(()) => installed.push(pg.index),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
-        Ok(loaded)
+        for &i in &installed {
+            self.loaded(tree, i);
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(installed.len()),
+        }
     }
 }
 
