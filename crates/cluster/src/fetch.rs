@@ -259,6 +259,11 @@ impl Node {
         if m.desc.is_none() {
             return Err(FetchError::BadManifest("no descriptor"));
         }
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        if m.attested.is_some_and(|a| a.index <= index) {
+            // An `Attest` is proposed after the index it names was applied.
+            return Err(FetchError::BadManifest("attested before its own index"));
+        }
         if !self.fetch.busy.lock().expect("not poisoned").insert(g) {
             return Err(FetchError::Busy(g));
         }
@@ -270,7 +275,6 @@ impl Node {
             }
         }
         sources.retain(|s| *s != self.id);
-        let index = meta.last_log_id.map_or(0, |l| l.index);
         let queue = (0..m.chunk_count)
             .step_by(BATCH as usize)
             .map(|f| (f, (m.chunk_count - f).min(u64::from(BATCH)) as u32))
