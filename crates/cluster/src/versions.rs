@@ -21,7 +21,7 @@ use bavl_core::Sha256;
 use crate::types::{typ, ChunkBytes, RangeDesc, SnapshotData};
 
 /// Sealed versions kept besides the snapshot file's.
-pub const RETAINED: usize = 4;
+pub const RETAINED: usize = 8;
 
 /// One retained version of a group's state.
 #[derive(Clone)]
