@@ -139,10 +139,13 @@ impl Node {
 pub const DIRECTORY_ROUNDS: u32 = 8;
 
 /// Proposes `Attest` for the leader's latest sealed version if none named it yet (see
-/// `versions`): snapshots are built only from attested versions.
+/// `versions`): snapshots are built only from attested versions. Waits at most 2 s (a
+/// leader cut off from its quorum must not hold up the other duties); the next tick
+/// proposes again if the entry did not commit.
 async fn attest(group: &OpenraftGroup) {
     let pending = group.sm.shared.lock().expect("not poisoned").versions.to_attest();
     if let Some((index, root)) = pending {
-        let _ = group.propose(Command::Attest { index, root: root.to_vec() }).await;
+        let propose = group.propose(Command::Attest { index, root: root.to_vec() });
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), propose).await;
     }
 }
