@@ -210,7 +210,7 @@ impl GroupSm {
     /// written as the snapshot file. If there is none (a snapshot was installed between the
     /// trigger and the build), the current state, unattested: openraft requires a build to
     /// be newer than the snapshot it has, and a snapshot offer then says it is unattested.
-    fn build_attested(&self) -> Result<typ::Snapshot, typ::StorageError> {
+    async fn build_attested(&self) -> Result<typ::Snapshot, typ::StorageError> {
         self.building.store(false, Ordering::SeqCst);
         let next = {
             let mut s = self.shared.lock().expect("not poisoned");
@@ -257,7 +257,7 @@ impl GroupSm {
 impl RaftSnapshotBuilder<TypeConfig> for GroupSm {
     async fn build_snapshot(&mut self) -> Result<typ::Snapshot, typ::StorageError> {
         if self.snapshot_every.is_some() {
-            return self.build_attested();
+            return self.build_attested().await;
         }
         let (data, meta) = {
             let s = self.shared.lock().expect("not poisoned");
