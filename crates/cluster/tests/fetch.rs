@@ -1,7 +1,7 @@
 //! Snapshots fetched as chunks from several replicas (`fetch`), against roots attested in
 //! the log (`versions`): a move's learner takes chunks from more than one voter; a voter
 //! serving corrupted chunks is refused and the fetch completes from the others; a replica
-//! whose root differs from an attested one reports divergence.
+//! whose root differs from an attested one reports divergence and serves no chunk.
 
 use std::time::Duration;
 
@@ -136,4 +136,58 @@ fn an_attested_root_that_differs_is_divergence_and_never_snapshotted() {
     assert_eq!(vs.to_snapshot().map(|v| v.attested), Some(Some(at)));
     assert_eq!(vs.attest(99, &own, at), AttestOutcome::Unknown);
     assert!(vs.find(20, &own).is_some() && vs.find(20, &other).is_none());
+}
+
+/// A follower whose tree is changed behind the log's back: the next `Attest` flags it, its
+/// versions no longer match the attested roots, so it serves no chunk of a snapshot, and a
+/// learner's snapshot holds none of its change.
+async fn diverged_follower() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions {
+        nodes: 4,
+        split_keys: u64::MAX,
+        capacity: 4,
+        snapshot_every: 40,
+        ..SimOptions::new(6, dir.path())
+    };
+    let cluster = SimCluster::start(opts).await.unwrap();
+    let mut client = cluster.client(1, ClientOptions::default());
+    for i in 0..100 {
+        client.put(&key(i), &i.to_be_bytes()).await.unwrap();
+    }
+    let (leader, group) = cluster.leader(1, Duration::from_secs(5)).await.expect("a leader");
+    let followers: Vec<NodeId> =
+        group.sm.desc().replicas.iter().copied().filter(|n| *n != leader.id).collect();
+    let (from, bad) = (followers[0], followers[1]);
+    let rogue = b"zzz-rogue".to_vec();
+    let bad_group = cluster.net.node(bad).unwrap().group(1).unwrap();
+    bad_group.sm.shared.lock().unwrap().state.tree.insert(&rogue, b"x").unwrap();
+    for i in 100..KEYS {
+        client.put(&key(i), &i.to_be_bytes()).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for i in 0..60 {
+        client.put(&key(i), &i.to_be_bytes()).await.unwrap();
+    }
+    assert!(bad_group.sm.shared.lock().unwrap().versions.diverged > 0, "divergence unseen");
+    for n in [leader.id, from] {
+        let g = cluster.net.node(n).unwrap().group(1).unwrap();
+        assert_eq!(g.sm.shared.lock().unwrap().versions.diverged, 0, "node {n}");
+    }
+    leader.move_replica(1, from, 4).await.expect("the move completes");
+    let new = cluster.net.node(4).unwrap();
+    let f = installed(&new.fetch_log()).clone();
+    eprintln!("{f:?}");
+    assert!(!f.served.contains_key(&bad) && f.dropped.contains(&bad), "{f:?}");
+    let g = new.group(1).unwrap();
+    let s = g.sm.shared.lock().unwrap();
+    assert_eq!(s.state.tree.get(&rogue).unwrap(), None);
+    assert_eq!(s.state.tree.len(), u64::from(KEYS));
+    drop(s);
+    cluster.shutdown().await;
+}
+
+#[test]
+fn a_diverged_replica_is_flagged_and_serves_no_chunk() {
+    runtime().block_on(diverged_follower());
 }
