@@ -180,10 +180,11 @@ async fn diverged_follower() {
     eprintln!("{f:?}");
     assert!(!f.served.contains_key(&bad) && f.dropped.contains(&bad), "{f:?}");
     let g = new.group(1).unwrap();
-    let s = g.sm.shared.lock().unwrap();
-    assert_eq!(s.state.tree.get(&rogue).unwrap(), None);
-    assert_eq!(s.state.tree.len(), u64::from(KEYS));
-    drop(s);
+    {
+        let s = g.sm.shared.lock().unwrap();
+        assert_eq!(s.state.tree.get(&rogue).unwrap(), None);
+        assert_eq!(s.state.tree.len(), u64::from(KEYS));
+    }
     cluster.shutdown().await;
 }
 
