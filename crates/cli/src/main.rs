@@ -7,13 +7,15 @@
 //!   that let a verifier in another language check itself;
 //! - `bavl verify` checks one proof or chunk against a root, for scripts;
 //! - `bavl loadtest`, `bavl crashtest`, `bavl check`, `bavl stats`, `bavl get` and
-//!   `bavl prove` operate the durable store (`bavl_store`).
+//!   `bavl prove` operate the durable store (`bavl_store`);
+//! - `bavl cluster …` runs the key-range cluster's commands (the `bavl-cluster` binary).
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
 
 mod blocks;
+mod cluster;
 mod crashtest;
 mod demo;
 mod loadtest;
@@ -124,6 +126,10 @@ enum Command {
     /// hash.
     #[command(after_help = query::QUERY_HELP, disable_version_flag = true)]
     Query(query::QueryArgs),
+    /// The key-range cluster (docs/cluster.md): nodes, a local cluster, a client, status,
+    /// add-node, drain, demo; run by the `bavl-cluster` binary.
+    #[command(after_help = cluster::CLUSTER_HELP, disable_version_flag = true)]
+    Cluster(cluster::ClusterArgs),
 }
 
 const DEMO_EXAMPLES: &str = "Examples:
@@ -197,6 +203,7 @@ fn main() -> ExitCode {
         Command::Export(args) => serve::export(&args),
         Command::Sync(args) => sync::run(&args),
         Command::Query(args) => query::run(&args),
+        Command::Cluster(args) => cluster::run(&args),
     };
     match result {
         Ok(code) => code,

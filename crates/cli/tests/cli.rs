@@ -24,6 +24,29 @@ fn help_lists_every_subcommand() {
 }
 
 #[test]
+fn cluster_help_lists_the_cluster_commands() {
+    let out = bavl(&["cluster", "--help"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for sub in ["node", "local", "client", "status", "add-node", "drain", "demo"] {
+        assert!(text.contains(&format!("  {sub} ")), "cluster --help lacks {sub}:\n{text}");
+    }
+    assert!(stdout(&bavl(&["--help"])).contains("cluster"));
+}
+
+#[test]
+fn cluster_commands_without_the_cluster_binary_fail_plainly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bavl"))
+        .args(["cluster", "status", "--peers", "1=127.0.0.1:1"])
+        .env("BAVL_CLUSTER_BIN", "/nonexistent/bavl-cluster")
+        .output()
+        .expect("run bavl");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("BAVL_CLUSTER_BIN"), "{err}");
+}
+
+#[test]
 fn demo_help_shows_every_default() {
     let out = bavl(&["demo", "--help"]);
     assert!(out.status.success());

@@ -14,6 +14,8 @@
 //! - [`moves`], [`cleanup`], [`rebalance`]: range moves by membership change, removed
 //!   replicas, the rebalancer;
 //! - [`msg`], [`raftnet`], [`tcp`]: messages, openraft's network over them, TCP;
+//! - [`versions`], [`fetch`]: attested versions, snapshots fetched as chunks from several
+//!   replicas;
 //! - [`client`]: the routing-cache client;
 //! - [`sim`], [`simnet`], [`simcheck`], [`simcluster`]: the deterministic simulation;
 //! - [`history`], [`lincheck`]: histories and the linearizability check.
@@ -23,6 +25,7 @@ pub mod cleanup;
 pub mod client;
 pub mod consensus;
 pub mod directory;
+pub mod fetch;
 pub mod history;
 pub mod lincheck;
 pub mod log_store;
@@ -41,3 +44,4 @@ pub mod sm;
 pub mod split;
 pub mod tcp;
 pub mod types;
+pub mod versions;

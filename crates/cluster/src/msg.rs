@@ -14,8 +14,9 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use crate::fetch::{FetchRequest, Manifest};
 use crate::types::{
-    typ, BatchOp, Epoch, GroupId, NodeId, NodeInfo, RangeDesc, SnapshotData, TypeConfig,
+    typ, BatchOp, ChunkBytes, Epoch, GroupId, NodeId, NodeInfo, RangeDesc, TypeConfig,
 };
 
 /// A Raft message for one group.
@@ -24,14 +25,17 @@ pub enum RaftRpc {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
     Snapshot(Box<SnapshotRpc>),
+    /// Chunks of a retained version, for a replica fetching a snapshot (see `fetch`).
+    Fetch(FetchRequest),
 }
 
-/// A whole snapshot sent to a replica (boxed: it is the largest message).
+/// A snapshot offered to a replica: its manifest, not its chunks; the replica fetches the
+/// chunks from the group's voters (see `fetch`) and then installs it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SnapshotRpc {
     pub vote: typ::Vote,
     pub meta: typ::SnapshotMeta,
-    pub data: SnapshotData,
+    pub manifest: Manifest,
 }
 
 /// The answer to a [`RaftRpc`].
@@ -40,6 +44,8 @@ pub enum RaftReply {
     Append(AppendEntriesResponse<NodeId>),
     Vote(VoteResponse<NodeId>),
     Snapshot(SnapshotResponse<NodeId>),
+    /// Answer to `Fetch`: consecutive chunks from the first asked for (at least one).
+    Chunks(Vec<ChunkBytes>),
     /// The target does not host the group, or it refused (the string says why).
     Refused(String),
 }

@@ -87,6 +87,8 @@ pub struct Node {
     pub(crate) rebalancing: AtomicBool,
     /// Replicas the last garbage check found removed (deleted if the next one agrees).
     pub(crate) garbage: Mutex<std::collections::BTreeSet<GroupId>>,
+    /// Snapshot fetches under way and done (see `fetch`).
+    pub(crate) fetch: crate::fetch::FetchState,
 }
 
 impl Node {
@@ -111,6 +113,7 @@ impl Node {
             learner_ticks: Mutex::default(),
             rebalancing: AtomicBool::new(false),
             garbage: Mutex::default(),
+            fetch: Default::default(),
         });
         let mut ids = Vec::new();
         for entry in std::fs::read_dir(&node.opts.dir)? {
@@ -190,10 +193,17 @@ impl Node {
         }
         // Placeholder until the snapshot file (or an installed snapshot) replaces it.
         let desc = RangeDesc::whole(g, BTreeSet::new());
-        let sm = GroupSm::open(&self.opts.dir, desc, self.children.clone())?;
+        // Snapshots are built from attested versions, triggered by the node (`split::tick`),
+        // not by openraft's policy (see `versions`).
+        let mut sm = GroupSm::open(&self.opts.dir, desc, self.children.clone())?;
+        let mut config = (*self.opts.raft).clone();
+        if let openraft::SnapshotPolicy::LogsSinceLast(n) = config.snapshot_policy {
+            sm = sm.with_attested_snapshots(n);
+            config.snapshot_policy = openraft::SnapshotPolicy::Never;
+        }
         let log = LogStore::open(&gdir.join(LOG_FILE), self.opts.durability)?;
         let net = GroupNet { node: self.id, group: g, transport: self.transport.clone() };
-        let raft = typ::Raft::new(self.id, self.opts.raft.clone(), net, log, sm.clone())
+        let raft = typ::Raft::new(self.id, Arc::new(config), net, log, sm.clone())
             .await
             .map_err(std::io::Error::other)?;
         let group = OpenraftGroup { raft, sm, node: self.id };
@@ -254,12 +264,17 @@ impl Node {
             };
         }
         match msg {
-            Message::Raft { group, rpc, .. } => Reply::Raft(self.handle_raft(group, *rpc).await),
+            Message::Raft { group, from, rpc } => {
+                Reply::Raft(self.handle_raft(group, from, *rpc).await)
+            }
             Message::Client(req) => Reply::Client(self.handle_client(req).await),
         }
     }
 
-    async fn handle_raft(&self, g: GroupId, rpc: RaftRpc) -> RaftReply {
+    async fn handle_raft(&self, g: GroupId, from: NodeId, rpc: RaftRpc) -> RaftReply {
+        if let RaftRpc::Fetch(req) = &rpc {
+            return self.serve_fetch(g, req);
+        }
         if self.group(g).is_none() && g != DIRECTORY_GROUP && !matches!(rpc, RaftRpc::Vote(_)) {
             // A replica that missed its group's creation (it installed the parent's snapshot
             // past the split, or was down): start it empty; the leader will send a snapshot.
@@ -289,8 +304,13 @@ impl Node {
             RaftRpc::Vote(r) => {
                 group.raft.vote(r).await.map_or_else(|e| refused(&e), RaftReply::Vote)
             }
+            RaftRpc::Fetch(_) => RaftReply::Refused("served above".into()),
             RaftRpc::Snapshot(s) => {
-                let SnapshotRpc { vote, meta, data } = *s;
+                let SnapshotRpc { vote, meta, manifest } = *s;
+                let data = match self.fetch_snapshot(g, from, &meta, &manifest).await {
+                    Ok(data) => data,
+                    Err(e) => return refused(&e),
+                };
                 let snap = typ::Snapshot { meta, snapshot: Box::new(data) };
                 group
                     .raft

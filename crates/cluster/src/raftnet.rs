@@ -15,7 +15,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, OptionalSend, RaftNetwork, RaftNetworkFactory};
 
-use crate::msg::{Message, NetError, RaftReply, RaftRpc, Reply, SnapshotRpc, Transport};
+use crate::msg::{Manifest, Message, NetError, RaftReply, RaftRpc, Reply, SnapshotRpc, Transport};
 use crate::types::{typ, GroupId, NodeId, TypeConfig};
 
 /// Builds connections for one group on one node.
@@ -104,11 +104,9 @@ impl RaftNetwork<TypeConfig> for Conn {
         _option: RPCOption,
     ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, openraft::error::Fatal<NodeId>>>
     {
-        let rpc = RaftRpc::Snapshot(Box::new(SnapshotRpc {
-            vote,
-            meta: snapshot.meta,
-            data: *snapshot.snapshot,
-        }));
+        // The manifest only: the receiver fetches the chunks from several replicas.
+        let manifest = Manifest::of(&snapshot.snapshot);
+        let rpc = RaftRpc::Snapshot(Box::new(SnapshotRpc { vote, meta: snapshot.meta, manifest }));
         match self.call(rpc).await {
             Ok(RaftReply::Snapshot(r)) => Ok(r),
             Ok(_) => Err(StreamingError::Network(NetworkError::new(&Why(

@@ -76,6 +76,8 @@ impl RangeState {
     /// Applies one command; a split also returns the new right-hand group.
     pub fn apply(&mut self, cmd: &Command) -> (Response, Option<SplitChild>) {
         match cmd {
+            // Checked against the replica's sealed versions by the state machine (`sm`).
+            Command::Attest { .. } => (Response::Done, None),
             Command::Report { descs } => (self.report(descs), None),
             Command::AllocGroupId if self.is_directory() => {
                 self.next_group_id += 1;
@@ -232,6 +234,7 @@ impl RangeState {
             capacity: snap.capacity(),
             chunks,
             next_group_id: self.next_group_id,
+            attested: None,
         }
     }
 

@@ -102,6 +102,11 @@ pub struct SimReport {
     /// Random moves started, and those that completed.
     pub moves_tried: u64,
     pub moves_done: u64,
+    /// Snapshot fetches (see `fetch`) of live nodes: completed, of which from more than one
+    /// source, and failed (offers refused, to be offered again).
+    pub fetches: u64,
+    pub fetches_multi_source: u64,
+    pub fetches_failed: u64,
 }
 
 /// Runs one simulation to completion in its own virtual-time runtime.
@@ -187,6 +192,21 @@ async fn simulate(opts: SimOptions) -> SimReport {
     r.unknown = r.history.iter().filter(|o| o.ret.is_none()).count() as u64;
     r.stats = stats;
     r.messages = net.messages.load(std::sync::atomic::Ordering::Relaxed);
+    for node in net.live() {
+        for f in node.fetch_log() {
+            r.fetches += u64::from(f.ok);
+            r.fetches_multi_source += u64::from(f.ok && f.served.len() > 1);
+            r.fetches_failed += u64::from(!f.ok);
+        }
+        for g in node.groups() {
+            let diverged = g.sm.shared.lock().expect("not poisoned").versions.diverged;
+            if diverged > 0 {
+                let id = g.sm.desc().id;
+                r.violations
+                    .push(format!("node {}: group {id}: {diverged} roots diverged", node.id));
+            }
+        }
+    }
     cluster.shutdown().await;
     r
 }

@@ -12,6 +12,7 @@
 //! the entry counts as applied, so no restart can lose a child that was created.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -20,7 +21,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::range::{RangeState, SplitChild};
-use crate::types::{typ, GroupId, RangeDesc, Response, SnapshotData, TypeConfig};
+use crate::types::{typ, Command, GroupId, RangeDesc, Response, SnapshotData, TypeConfig};
+use crate::versions::{AttestOutcome, Version, Versions};
 
 /// File of the latest snapshot in a group's directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.json";
@@ -32,6 +34,22 @@ pub struct Shared {
     pub state: RangeState,
     pub last_applied: Option<typ::LogId>,
     pub membership: typ::StoredMembership,
+    /// Sealed and snapshot versions of the state (see `versions`).
+    pub versions: Versions,
+}
+
+impl Shared {
+    /// The state now as a retained version (hashes the tree's changed paths).
+    fn version(&mut self, attested: Option<typ::LogId>) -> Version {
+        Version {
+            log_id: self.last_applied,
+            membership: self.membership.clone(),
+            desc: self.state.desc.clone(),
+            next_group_id: self.state.next_group_id,
+            tree: self.state.tree.snapshot(),
+            attested,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -48,6 +66,13 @@ pub struct GroupSm {
     node_dir: PathBuf,
     /// Told of every child group a split creates.
     children: UnboundedSender<GroupId>,
+    /// `Some(n)`: seal a version every `n / 4` log indexes and build snapshots only from
+    /// attested versions, when one is `n` entries past the snapshot file (see
+    /// [`GroupSm::snapshot_due`]); `None` (the default): openraft's policy decides and
+    /// snapshots hold the current state, unattested (openraft's storage suite runs so).
+    snapshot_every: Option<u64>,
+    /// Set when a snapshot build was triggered and has not run yet.
+    building: Arc<AtomicBool>,
 }
 
 /// Directory of group `id` under a node's directory.
@@ -84,14 +109,47 @@ impl GroupSm {
                 .expect("default capacity is valid"),
             last_applied: None,
             membership: Default::default(),
+            versions: Versions::default(),
         };
         if let Some(f) = read_json::<SnapshotFile>(&dir.join(SNAPSHOT_FILE))? {
             shared.state = RangeState::import(&f.data).map_err(std::io::Error::other)?;
             shared.last_applied = f.meta.last_log_id;
             shared.membership = f.meta.last_membership;
+            let v = shared.version(f.data.attested);
+            shared.versions.set_file(v, false);
         }
         let shared = Arc::new(Mutex::new(shared));
-        Ok(GroupSm { shared, dir, node_dir: node_dir.to_path_buf(), children })
+        let node_dir = node_dir.to_path_buf();
+        let building = Arc::default();
+        Ok(GroupSm { shared, dir, node_dir, children, snapshot_every: None, building })
+    }
+
+    /// Seals a version every `n / 4` log indexes and builds snapshots only from versions a
+    /// committed `Attest` named (see `versions`), `n` entries apart; the node triggers the
+    /// builds (openraft's own policy must be `Never`).
+    pub fn with_attested_snapshots(mut self, n: u64) -> Self {
+        self.snapshot_every = Some(n.max(4));
+        self
+    }
+
+    fn seal_every(&self) -> Option<u64> {
+        self.snapshot_every.map(|n| n / 4)
+    }
+
+    /// Whether a snapshot build should be triggered now: an attested version lies `n`
+    /// entries past the snapshot file and no triggered build is pending. If so, the build
+    /// counts as pending from now on (the caller must trigger it).
+    pub fn snapshot_due(&self) -> bool {
+        let Some(n) = self.snapshot_every else { return false };
+        let s = self.shared.lock().expect("not poisoned");
+        let file = s.versions.file_index().unwrap_or(0);
+        let due = s.versions.to_snapshot().is_some_and(|v| v.index() >= file + n);
+        due && !self.building.swap(true, Ordering::SeqCst)
+    }
+
+    /// A triggered build could not be requested after all.
+    pub fn snapshot_not_triggered(&self) {
+        self.building.store(false, Ordering::SeqCst);
     }
 
     /// The descriptor held now.
@@ -147,8 +205,60 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result
     }
 }
 
+impl GroupSm {
+    /// With attested snapshots: the newest attested version newer than the snapshot file,
+    /// written as the snapshot file. If there is none (a snapshot was installed between the
+    /// trigger and the build), the current state, unattested: openraft requires a build to
+    /// be newer than the snapshot it has, and a snapshot offer then says it is unattested.
+    async fn build_attested(&self) -> Result<typ::Snapshot, typ::StorageError> {
+        self.building.store(false, Ordering::SeqCst);
+        let next = {
+            let mut s = self.shared.lock().expect("not poisoned");
+            match s.versions.to_snapshot() {
+                Some(v) => v,
+                None => {
+                    eprintln!("group {}: no attested version to snapshot", s.state.desc.id);
+                    s.version(None)
+                }
+            }
+        };
+        let v = next;
+        let id = v.log_id.map_or("none".to_string(), |l| format!("{}-{}", l.leader_id, l.index));
+        let meta = typ::SnapshotMeta {
+            last_log_id: v.log_id,
+            last_membership: v.membership.clone(),
+            snapshot_id: id,
+        };
+        let file = SnapshotFile { meta: meta.clone(), data: v.data() };
+        let bytes = serde_json::to_vec(&file).map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        write_atomic(&self.dir.join(SNAPSHOT_FILE), &bytes)
+            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        self.shared.lock().expect("not poisoned").versions.set_file(v, false);
+        Ok(Snapshot { meta, snapshot: Box::new(file.data) })
+    }
+
+    /// Applies `Attest { index, root }` found at `at`: compares with this replica's version.
+    fn attest(s: &mut Shared, index: u64, root: &[u8], at: typ::LogId) -> Response {
+        match s.versions.attest(index, root, at) {
+            AttestOutcome::Diverged(own) => {
+                eprintln!(
+                    "group {}: root at index {index} diverges: log {} here {}",
+                    s.state.desc.id,
+                    hex::encode(root),
+                    hex::encode(own)
+                );
+                Response::Refused(format!("root at index {index} diverges on this replica"))
+            }
+            AttestOutcome::Matched | AttestOutcome::Unknown => Response::Done,
+        }
+    }
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for GroupSm {
     async fn build_snapshot(&mut self) -> Result<typ::Snapshot, typ::StorageError> {
+        if self.snapshot_every.is_some() {
+            return self.build_attested().await;
+        }
         let (data, meta) = {
             let s = self.shared.lock().expect("not poisoned");
             let last = s.last_applied;
@@ -187,12 +297,21 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
             let mut s = self.shared.lock().expect("not poisoned");
             s.last_applied = Some(entry.log_id);
             let resp = match entry.payload {
-                EntryPayload::Blank => Response::Done,
+                EntryPayload::Blank => {
+                    drop(s);
+                    Response::Done
+                }
                 EntryPayload::Membership(m) => {
                     let [voters, learners] = crate::directory::members(&m);
                     s.state.set_membership(voters, learners);
                     s.membership = typ::StoredMembership::new(Some(entry.log_id), m);
+                    drop(s);
                     Response::Done
+                }
+                EntryPayload::Normal(Command::Attest { index, root }) => {
+                    let r = Self::attest(&mut s, index, &root, entry.log_id);
+                    drop(s);
+                    r
                 }
                 EntryPayload::Normal(cmd) => {
                     let (resp, child) = s.state.apply(&cmd);
@@ -204,6 +323,12 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
                     resp
                 }
             };
+            // Every arm released the lock.
+            if self.seal_every().is_some_and(|n| entry.log_id.index % n == 0) {
+                let mut s = self.shared.lock().expect("not poisoned");
+                let v = s.version(None);
+                s.versions.seal(v);
+            }
             out.push(resp);
         }
         Ok(out)
@@ -231,6 +356,8 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
         s.state = state;
         s.last_applied = meta.last_log_id;
         s.membership = meta.last_membership.clone();
+        let v = s.version(file.data.attested);
+        s.versions.set_file(v, true);
         Ok(())
     }
 

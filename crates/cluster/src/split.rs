@@ -23,7 +23,14 @@ impl Node {
     pub async fn tick(self: &Arc<Self>, split_keys: u64, report: bool) {
         for group in self.groups() {
             let desc = group.sm.desc();
-            if desc.id == DIRECTORY_GROUP || group.leader() != Some(self.id) {
+            if group.sm.snapshot_due() && group.raft.trigger().snapshot().await.is_err() {
+                group.sm.snapshot_not_triggered();
+            }
+            if group.leader() != Some(self.id) {
+                continue;
+            }
+            attest(&group).await;
+            if desc.id == DIRECTORY_GROUP {
                 continue;
             }
             if self.roll_back_learners(&group, &desc).await {
@@ -130,3 +137,15 @@ impl Node {
 
 /// Rounds of [`Node::directory_call`] over the directory's replicas.
 pub const DIRECTORY_ROUNDS: u32 = 8;
+
+/// Proposes `Attest` for the leader's latest sealed version if none named it yet (see
+/// `versions`): snapshots are built only from attested versions. Waits at most 2 s (a
+/// leader cut off from its quorum must not hold up the other duties); the next tick
+/// proposes again if the entry did not commit.
+async fn attest(group: &OpenraftGroup) {
+    let pending = group.sm.shared.lock().expect("not poisoned").versions.to_attest();
+    if let Some((index, root)) = pending {
+        let propose = group.propose(Command::Attest { index, root: root.to_vec() });
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), propose).await;
+    }
+}

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::msg::{BoxFuture, ClientOp, Message, NetError, Reply, Transport};
+use crate::msg::{BoxFuture, ClientOp, Message, NetError, RaftRpc, Reply, Transport};
 use crate::node::Node;
 use crate::types::NodeId;
 
@@ -100,7 +100,9 @@ impl TcpTransport {
     async fn call(&self, from: NodeId, to: NodeId, msg: Message) -> Result<Reply, NetError> {
         let addr = self.peers.lock().expect("not poisoned").get(&to).copied();
         let addr = addr.ok_or(NetError::Unreachable(to))?;
-        let is_move = matches!(&msg, Message::Client(r) if matches!(r.op, ClientOp::Move { .. }));
+        // A snapshot offer is answered once the receiver fetched every chunk.
+        let is_move = matches!(&msg, Message::Client(r) if matches!(r.op, ClientOp::Move { .. }))
+            || matches!(&msg, Message::Raft { rpc, .. } if matches!(**rpc, RaftRpc::Snapshot(_)));
         let timeout = if is_move { MOVE_TIMEOUT } else { self.timeout };
         let pooled = self.pool.lock().expect("not poisoned").get_mut(&to).and_then(Vec::pop);
         let mut stream = match pooled {

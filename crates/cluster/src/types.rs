@@ -116,6 +116,16 @@ pub enum Command {
     AddNode { node: NodeInfo },
     /// Directory only: mark a node as draining; the rebalancer moves every replica away.
     Drain { id: NodeId },
+    /// Any group: the root of the group's tree after applying the entry at log index
+    /// `index` (a sealed version, see `versions`), as the proposing leader computed it.
+    /// Changes no state; every replica that still holds its own version at `index` compares
+    /// roots, and a snapshot is built only from a version whose root a committed `Attest`
+    /// named (the root a learner's fetched chunks are checked against).
+    Attest {
+        index: u64,
+        #[serde(with = "hex::serde")]
+        root: Vec<u8>,
+    },
 }
 
 /// A node as the directory knows it.
@@ -170,6 +180,10 @@ pub struct SnapshotData {
     pub chunks: Vec<ChunkBytes>,
     /// Directory only: the next group id to hand out.
     pub next_group_id: u64,
+    /// The log id of the committed `Attest` entry that named `root` (none for a group's
+    /// origin snapshot at `(0, 0)`, whose state the group's creation determines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attested: Option<openraft::LogId<NodeId>>,
 }
 
 /// One exported chunk, hex in JSON.

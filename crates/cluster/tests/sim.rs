@@ -9,7 +9,10 @@ use bavl_cluster::simnet::Faults;
 fn options(seed: u64, dir: &std::path::Path, crashes: bool) -> SimOptions {
     // BAVL_CLUSTER_OPS=n: operations per client (a longer run; the default is a smoke run).
     let ops = std::env::var("BAVL_CLUSTER_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
+    // BAVL_CLUSTER_SNAPSHOT_EVERY=n: snapshots more often (more snapshot fetches).
+    let every = std::env::var("BAVL_CLUSTER_SNAPSHOT_EVERY").ok().and_then(|s| s.parse().ok());
     SimOptions {
+        snapshot_every: every.unwrap_or(500),
         clients: 4,
         ops,
         keys: 300,
@@ -134,12 +137,16 @@ fn random_moves_under_faults_keep_the_invariants() {
         let o = SimOptions { nodes: 4, moves: true, ..options(seed, dir.path(), true) };
         let r = run(o);
         eprintln!(
-            "seed {seed}: ranges {} faults {} moves {}/{} unknown {} stats {:?}",
+            "seed {seed}: ranges {} faults {} moves {}/{} unknown {} fetches {} ({} multi-source, \
+             {} failed) stats {:?}",
             r.ranges.len(),
             r.faults_injected,
             r.moves_done,
             r.moves_tried,
             r.unknown,
+            r.fetches,
+            r.fetches_multi_source,
+            r.fetches_failed,
             r.stats
         );
         assert_sound(&r, &format!("moves, seed {seed}"));

@@ -1,6 +1,6 @@
 //! Three nodes in one process over real TCP on loopback, with fsynced logs: writes, splits,
 //! reads back, a node restarted from its files, and a fourth node joining (ranges move to
-//! it).
+//! it, their snapshots' chunks fetched over TCP).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -25,7 +25,8 @@ async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
     let opts = |id: u64| NodeOptions {
         dir: dir.path().join(format!("node-{id}")),
         durability: Durability::Fsync,
-        raft: raft_config(50, 300, 1000),
+        // Snapshots every 40 entries: a joining node gets snapshots past the origin.
+        raft: raft_config(50, 300, 40),
         split_keys: 40,
         capacity: 8,
         unsafe_local_reads: false,
@@ -104,6 +105,16 @@ async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(hosted(&n4) >= 2, "node 4 received {} replicas", hosted(&n4));
+    // Its replicas come as snapshots whose chunks it fetches over TCP (`fetch`).
+    let with_chunks = |n: &Node| n.fetch_log().iter().any(|f| f.ok && f.chunks > 0);
+    for _ in 0..100 {
+        if with_chunks(&n4) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(with_chunks(&n4), "{:?}", n4.fetch_log());
+    eprintln!("node 4 fetches: {:?}", n4.fetch_log());
     for i in 0..150 {
         assert_eq!(client.get(&key(i)).await.unwrap(), Some(i.to_le_bytes().to_vec()), "key {i}");
     }

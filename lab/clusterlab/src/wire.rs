@@ -101,6 +101,7 @@ fn class(msg: &Message) -> &'static str {
             RaftRpc::Append(_) => "raft_append",
             RaftRpc::Vote(_) => "raft_vote",
             RaftRpc::Snapshot(_) => "raft_snapshot",
+            RaftRpc::Fetch(_) => "raft_fetch",
         },
         Message::Client(req) if req.group == DIRECTORY_GROUP => match req.op {
             ClientOp::Lookup(_) => "dir_lookup",
