@@ -478,6 +478,9 @@ fn rebuild(
                     while versions.len() as u64 > keep {
                         versions.pop_first();
                     }
+                    if let Some(p) = pager.as_deref_mut() {
+                        p.set_pinned(crate::paging::unpin(&mut versions, version));
+                    }
                     recovery.replayed += 1;
                 }
                 Next::End => break,

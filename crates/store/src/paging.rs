@@ -33,6 +33,33 @@ use crate::{Store, StoreError};
 /// A key and its value, copied out of the store.
 pub type OwnedEntry = (Vec<u8>, Vec<u8>);
 
+/// Makes absent, in every version of `versions` but `head`, the bodies that are on disk
+/// and not bodies of `head` (`Store::unpin_retained`); returns the heap bytes they still
+/// hold alone (bodies never written). Opening calls it as it replays, so that the
+/// versions it rebuilds do not hold every body the replay loaded either.
+pub(crate) fn unpin(versions: &mut std::collections::BTreeMap<u64, Snapshot>, head: u64) -> u64 {
+    let mut live = std::collections::HashSet::new();
+    if let Some(h) = versions.get(&head) {
+        h.for_each_chunk(|c| live.extend(c.body_id()));
+    }
+    let (mut held, mut pinned) = (std::collections::HashSet::new(), 0u64);
+    for (&v, snap) in versions.iter_mut() {
+        if v == head {
+            continue;
+        }
+        let (stripped, _) = snap.without_bodies(|c| !live.contains(&c.body_id().unwrap_or(0)));
+        stripped.for_each_chunk(|c| {
+            if let Some(id) = c.body_id().filter(|id| !live.contains(id)) {
+                if held.insert(id) {
+                    pinned += c.heap_bytes() as u64 + 16;
+                }
+            }
+        });
+        *snap = stripped;
+    }
+    pinned
+}
+
 /// Reads a paged store's absent chunks back into its versions ([`Store::page_loader`]).
 #[derive(Clone)]
 pub struct PageLoader(PageSet);
@@ -241,6 +268,12 @@ impl Pager {
         Ok(())
     }
 
+    /// Records what retained versions hold alone ([`unpin`]), for the next eviction.
+    pub(crate) fn set_pinned(&mut self, bytes: u64) {
+        self.pinned = bytes;
+        self.stats.pinned_bytes = bytes;
+    }
+
     /// Counts chunk `index`, just made resident in `tree`, as loaded since the last
     /// eviction.
     pub(crate) fn loaded(&mut self, tree: &Tree, index: u64) {
@@ -311,27 +344,7 @@ impl Store {
     /// counts what they still hold alone (bodies never written) for the next eviction.
     pub(crate) fn unpin_retained(&mut self) {
         let Some(p) = &mut self.pager else { return };
-        let mut live = std::collections::HashSet::new();
-        self.versions[&self.head].for_each_chunk(|c| {
-            live.extend(c.body_id());
-        });
-        let (mut held, mut pinned) = (std::collections::HashSet::new(), 0u64);
-        for (&v, snap) in self.versions.iter_mut() {
-            if v == self.head {
-                continue;
-            }
-            let (stripped, _) = snap.without_bodies(|c| !live.contains(&c.body_id().unwrap_or(0)));
-            stripped.for_each_chunk(|c| {
-                if let Some(id) = c.body_id().filter(|id| !live.contains(id)) {
-                    if held.insert(id) {
-                        pinned += c.heap_bytes() as u64 + 16;
-                    }
-                }
-            });
-            *snap = stripped;
-        }
-        p.pinned = pinned;
-        p.stats.pinned_bytes = pinned;
+        p.set_pinned(unpin(&mut self.versions, self.head));
     }
 
     /// Reads the working state (committed versions plus uncommitted changes), loading
