@@ -1,7 +1,8 @@
 //! Retained versions of a paged store hold no body the budget let go: after every
 //! commit, a body on disk is resident in an older version only if the working tree (the
 //! head) still holds it, what they hold alone is what `PagingStats::pinned_bytes` says,
-//! and each of them still reads back exactly its own state, loading what it needs.
+//! and each of them still reads back exactly its own state, loading what it needs; the
+//! same after a reopen, whose replay rebuilds the retained versions.
 
 mod common;
 
@@ -44,7 +45,7 @@ fn retained_versions_drop_the_bodies_the_working_tree_evicted() {
         cache_bytes: Some(8 << 10),
         ..Options::default()
     };
-    let mut store = Store::open(dir.path(), opts).unwrap();
+    let mut store = Store::open(dir.path(), opts.clone()).unwrap();
     let mut models: BTreeMap<u64, Model> = BTreeMap::new();
     let mut model = Model::new();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -69,6 +70,11 @@ fn retained_versions_drop_the_bodies_the_working_tree_evicted() {
         }
         let (v, _) = store.commit().unwrap();
         models.insert(v, model.clone());
+        if round % 10 == 9 {
+            // Reopened: the versions the replay rebuilds let go the same way.
+            store.close().unwrap();
+            store = Store::open(dir.path(), opts.clone()).unwrap();
+        }
         let head = store.snapshot(v).unwrap();
         let live: HashSet<usize> = residents(&head).0.iter().map(|r| r.0).collect();
         let (mut alone, mut seen) = (0u64, HashSet::new());
