@@ -109,6 +109,7 @@ struct Report<'a> {
 const NOTES: &[&str] = &[
     "bavl is the in-memory bavl_store::Store (whole state and retained versions in RAM); bavl-paged is the same store with Options::cache_bytes (docs/design.md §8.5.1: chunk bodies beyond the budget in its durable chunk files, loaded and verified on demand; a block's chunks prefetched on up to 4 threads), budget twice nomt's cache (nomt_cache_mib_each: 512 MiB at 2 GiB, 256 MiB at 1 GiB); bavl-paged-cached is bavl-paged with a 1 TiB budget (nothing evicted: the paged code path's own cost). Every bavl keeps 4 versions (keep_recent 4); nomt keeps one.",
     "--preload (params.preload), for nomt and bavl-paged only: the initial state is committed by a loader process outside the memory group (commits of 100,000 keys; bavl-paged with nothing evicted, then a checkpoint: every chunk body in a chunk file and a skeleton), copied, and opened by the measured process inside the group (open_s); load_s is the loader's. The in-memory stores (bavl, bavl-paged-cached), and every store without --preload, load inside the group in commits of load_batch keys.",
+    "Before each measured process starts, the page cache is dropped (sync; /proc/sys/vm/drop_caches = 1): the store's files were written or copied outside the group, and their cached pages, charged elsewhere, would otherwise be read free by a store that reads through the page cache (bavl) while nomt reads with O_DIRECT.",
     "store_extra.cache_hit_rate (bavl-paged): operations whose key's chunk was resident when their block began, over every block after the load (warm-up included); store_extra.paging.loads: chunk bodies read back (the warm-up and measured blocks, and the reopen's none).",
     "Each store runs in its own child process inside its own cgroup v1 memory group (memory.limit_in_bytes = the limit, memory.swappiness = 0; no swap on the machine): anonymous memory and the page cache the child fills count; the kernel reclaims cache at the limit and OOM-kills when it cannot.",
     "cgroup_peak_bytes: memory.max_usage_in_bytes over the child's life (page cache included, so it approaches the limit whenever a store writes more than the limit); cgroup_peak_before_readback_bytes: the same read by the child after the last block, before it reads every key back; rss_peak_bytes: VmHWM after the last block.",
@@ -133,6 +134,14 @@ fn defaults(a: &CgroupArgs) -> Result<(Vec<u64>, Vec<u64>, u64, u64)> {
     let blocks = a.blocks.unwrap_or(if a.quick { 3 } else { 10 });
     let warmup = a.warmup_blocks.unwrap_or(if a.quick { 1 } else { 2 });
     Ok((keys, limit, blocks, warmup))
+}
+
+/// `sync`, then drops the kernel's clean page cache (`/proc/sys/vm/drop_caches` = 1; root).
+fn drop_page_cache() -> Result<()> {
+    let st = Command::new("sync").status()?;
+    anyhow::ensure!(st.success(), "sync: {st}");
+    std::fs::write("/proc/sys/vm/drop_caches", "1")
+        .context("dropping the page cache before a measured run (needs root)")
 }
 
 /// Keys per commit of a loader outside the memory group.
@@ -193,7 +202,8 @@ pub fn run(a: CgroupArgs) -> Result<()> {
     let params = serde_json::json!({
         "quick": a.quick, "initial_keys": keys_list, "stores": a.stores,
         "memory_limit_bytes": limits, "preload": a.preload,
-        "in_memory_up_to": a.in_memory_up_to, "warmup_blocks": warmup, "blocks": blocks,
+        "in_memory_up_to": a.in_memory_up_to, "page_cache_dropped_before_each_run": true,
+        "warmup_blocks": warmup, "blocks": blocks,
         "ops_per_block": a.ops, "key_bytes": bavl_workload::KEY_LEN,
         "value_bytes": bavl_workload::VALUE_LEN,
         "mix": "Workload B: 40% inserts, 50% updates, 10% deletes, fsync per block",
@@ -265,6 +275,12 @@ pub fn run(a: CgroupArgs) -> Result<()> {
                         c.arg("--load-batch").arg(a.load_batch.to_string());
                     }
                 }
+                // The store's files were written (and copied) outside the group: their
+                // pages, in the page cache, are charged to this process, not the child's
+                // group, and a store reading through the page cache (bavl) would read them
+                // free while one reading with O_DIRECT (nomt) pays. Every measured child
+                // starts with nothing of them cached.
+                drop_page_cache()?;
                 let g = MemCgroup::create(&format!("{name}-{keys}"), limit)?;
                 c.envs(env);
                 c.arg("--dir").arg(&store_dir);
