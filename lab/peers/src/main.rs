@@ -86,6 +86,14 @@ enum Cmd {
     ///   bavl-peers cgroup --quick --out /tmp/paged.json   # smoke, ~20 s
     #[command(verbatim_doc_comment)]
     Cgroup(memlimit::CgroupArgs),
+    /// Draws the PNG of a `cgroup` report again from its JSON (e.g. after the plot changed).
+    CgroupPlot {
+        /// The report (`docs/results/paged.json`).
+        json: PathBuf,
+        /// The PNG (default: where `cgroup` puts it beside the JSON).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// List the stores, whether this build has them and their durability setting.
     List,
     /// Child process: one store on a stream file; prints a JSON report line.
@@ -183,6 +191,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Run(a) => run(a),
         Cmd::Cgroup(a) => memlimit::run(a),
+        Cmd::CgroupPlot { json, out } => memlimit::replot(&json, out),
         Cmd::List => {
             for s in STORES {
                 let built = if s.name == "iavl" {

@@ -356,6 +356,20 @@ pub fn run(a: CgroupArgs) -> Result<()> {
     Ok(())
 }
 
+/// Draws the PNG of the report `json` again (to `out`, or beside it as `cgroup` does).
+pub fn replot(json: &std::path::Path, out: Option<PathBuf>) -> Result<()> {
+    let text =
+        std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).context("the report is not JSON")?;
+    let runs: Vec<RunRecord> =
+        serde_json::from_value(v["runs"].clone()).context("the report's runs")?;
+    let limit = runs.iter().map(|r| r.memory_limit_bytes).max().unwrap_or(1 << 31);
+    let png = out.unwrap_or_else(|| png_path(json));
+    memplot::plot(&png, &runs, limit)?;
+    eprintln!("plot: {}", png.display());
+    Ok(())
+}
+
 /// `docs/results/paged-baseline.json` → `docs/results/paged/baseline.png`; any other
 /// `X.json` → `X/X.png`.
 fn png_path(out: &std::path::Path) -> PathBuf {

@@ -141,14 +141,18 @@ fn panel(
 }
 
 fn draw(path: &Path, runs: &[RunRecord], limit: u64) -> Result<(), E> {
-    let root = BitMapBackend::new(path, (1800, 1050)).into_drawing_area();
+    // Six panels side by side in two rows while the bars are few; one panel a row, as
+    // wide as the bars need, when there are many (their labels would overlap).
+    let many = runs.len() > 10;
+    let size = if many { ((runs.len() as u32 * 105).max(1800), 6 * 330) } else { (1800, 1050) };
+    let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE)?;
     let title = format!(
         "Workload B inside a memory cgroup (limit {} MiB, the dashed line): bavl (in memory), bavl paged (\"paged\"; \"cached\": paged, nothing evicted) and nomt 1.0.5",
         limit >> 20
     );
     let body = root.titled(&title, (FONT, 22))?;
-    let areas = body.split_evenly((2, 3));
+    let areas = body.split_evenly(if many { (6, 1) } else { (2, 3) });
     let one =
         |f: fn(&RunRecord) -> Option<f64>| runs.iter().map(|r| (f(r), None)).collect::<Vec<_>>();
     panel(&areas[0], "durable ops/s (fsync per 10k-op block)", runs, &one(|r| r.ops_per_s), None)?;

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::memplot;
 
 /// One store at one key count under the limit.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct RunRecord {
     pub store: String,
     pub initial_keys: u64,
