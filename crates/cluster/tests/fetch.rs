@@ -18,18 +18,24 @@ fn key(i: u32) -> Vec<u8> {
     format!("key{i:04}").into_bytes()
 }
 
+/// Four nodes, one range that never splits, chunks of 4 entries, a snapshot every 40
+/// entries.
+fn four_nodes(seed: u64, dir: &std::path::Path) -> SimOptions {
+    SimOptions {
+        nodes: 4,
+        split_keys: u64::MAX,
+        capacity: 4,
+        snapshot_every: 40,
+        ..SimOptions::new(seed, dir)
+    }
+}
+
 /// Writes `KEYS` keys to one range of chunk capacity 4 (about a hundred chunks), moves the
 /// replica of a follower to node 4 (with `corrupt` another follower serves bad chunks),
 /// checks the data, and returns node 4's fetches of group 1 and the corrupt node.
 async fn move_with_fetch(corrupt: bool) -> (Vec<FetchStats>, Option<NodeId>) {
     let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        nodes: 4,
-        split_keys: u64::MAX,
-        capacity: 4,
-        snapshot_every: 40,
-        ..SimOptions::new(5, dir.path())
-    };
+    let opts = four_nodes(5, dir.path());
     let cluster = SimCluster::start(opts).await.unwrap();
     let mut client = cluster.client(1, ClientOptions::default());
     for i in 0..KEYS {
@@ -143,13 +149,7 @@ fn an_attested_root_that_differs_is_divergence_and_never_snapshotted() {
 /// learner's snapshot holds none of its change.
 async fn diverged_follower() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions {
-        nodes: 4,
-        split_keys: u64::MAX,
-        capacity: 4,
-        snapshot_every: 40,
-        ..SimOptions::new(6, dir.path())
-    };
+    let opts = four_nodes(6, dir.path());
     let cluster = SimCluster::start(opts).await.unwrap();
     let mut client = cluster.client(1, ClientOptions::default());
     for i in 0..100 {
