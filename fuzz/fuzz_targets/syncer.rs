@@ -33,7 +33,9 @@ fuzz_target!(|data: &[u8]| {
     let budget = opts.max_buffered_bytes;
     let max_in_flight = opts.max_in_flight as usize;
     let mut s = Syncer::<Sha256>::new(f.root, VERSION, opts).unwrap();
-    let manifest = Manifest::from_snapshot(VERSION, &f.snap).to_json();
+    let manifest = Manifest::from_snapshot(VERSION, &f.snap)
+        .expect("an in-memory snapshot holds every body")
+        .to_json();
     let honest = |req: &Request| -> Result<Vec<u8>, FailureKind> {
         match req.want {
             Want::Manifest => Ok(manifest.clone()),
