@@ -36,20 +36,28 @@ impl Body {
         if n == 0 || n > (r.remaining() / 3) as u64 {
             return Err(DecodeError::OutOfRange { what: "entry count", value: n, at: 0 });
         }
-        let mut chunk = Chunk::new();
-        chunk.reserve(n as usize, 0, 0);
-        let mut prev: Option<&[u8]> = None;
+        // Entries are checked first and the buffers then allocated at their exact sizes:
+        // growing them by doubling left a body a third larger than its bytes and a trail of
+        // freed buffers on every prefetch thread.
+        let mut entries: Vec<(&[u8], &[u8])> = Vec::with_capacity(n as usize);
+        let (mut key_bytes, mut value_bytes) = (0, 0);
         for _ in 0..n {
             let at = r.position();
             let key = r.bytes(MAX_KEY_LEN, "key length")?;
             let value = r.bytes(MAX_VALUE_LEN, "value length")?;
-            if check_key(key).is_err() || prev.is_some_and(|p| p >= key) {
+            if check_key(key).is_err() || entries.last().is_some_and(|(p, _)| *p >= key) {
                 return Err(DecodeError::OutOfRange { what: "key", value: key.len() as u64, at });
             }
-            chunk.push(key, value, None);
-            prev = Some(key);
+            key_bytes += key.len();
+            value_bytes += value.len();
+            entries.push((key, value));
         }
         r.finish()?;
+        let mut chunk = Chunk::new();
+        chunk.reserve(entries.len(), key_bytes, value_bytes);
+        for (key, value) in entries {
+            chunk.push(key, value, None);
+        }
         Ok(Body { chunk, hashed_with: None })
     }
 

@@ -19,6 +19,23 @@ pub enum CheckpointPolicy {
     Auto { log_ratio: f64, min_log_bytes: u64 },
 }
 
+impl CheckpointPolicy {
+    /// The default of an in-memory store: a checkpoint writes the whole state, and
+    /// replaying the log costs little per byte (no reads), so the log may grow to the
+    /// checkpoint's size (64 MiB at least) before the next one.
+    pub const UNPAGED: CheckpointPolicy =
+        CheckpointPolicy::Auto { log_ratio: 1.0, min_log_bytes: 64 << 20 };
+    /// The default of a paged store ([`Options::paged`]): a checkpoint writes only the
+    /// bodies not yet on disk and a skeleton (about 67 bytes per chunk), while replaying
+    /// the log on open reads a chunk from disk per operation, as applying it did. So the
+    /// log is kept short: a checkpoint every 4 MiB of log (about 30k Workload B
+    /// operations), which bounds a reopen's replay to about three 10k-operation blocks
+    /// (0.8 s each at 30M keys under 2 GiB) and adds the skeleton's bytes, 1.2 KB per
+    /// operation at 30M keys, to what the store writes (`docs/design.md` §8.5.1).
+    pub const PAGED: CheckpointPolicy =
+        CheckpointPolicy::Auto { log_ratio: 0.0, min_log_bytes: 4 << 20 };
+}
+
 /// Which thread frees the memory of pruned versions (the chunks only they held: about as
 /// many as a block touches).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,6 +91,7 @@ pub struct Options {
     /// times this budget in the worst case. [`crate::Store::get`] loads what it needs; a
     /// read of a snapshot that meets an absent chunk is an error naming it (never a wrong
     /// answer), and [`crate::Store::resident_for`] loads what such a read needs.
+    /// [`Options::paged`] sets this with the checkpoint policy that suits paging.
     pub cache_bytes: Option<u64>,
     /// Where the scratch page file of a read-only paged open goes (`None`: the system's
     /// temporary directory; with [`crate::Store::open`] of a writable store, its
@@ -81,12 +99,25 @@ pub struct Options {
     pub page_dir: Option<std::path::PathBuf>,
 }
 
+impl Options {
+    /// A paged store keeping at most `cache_bytes` of chunk bodies in memory, with the
+    /// checkpoint policy that suits paging ([`CheckpointPolicy::PAGED`]); everything else
+    /// as [`Options::default`].
+    pub fn paged(cache_bytes: u64) -> Options {
+        Options {
+            cache_bytes: Some(cache_bytes),
+            checkpoint: CheckpointPolicy::PAGED,
+            ..Options::default()
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
             capacity: None,
             keep_recent: 4,
-            checkpoint: CheckpointPolicy::Auto { log_ratio: 1.0, min_log_bytes: 64 << 20 },
+            checkpoint: CheckpointPolicy::UNPAGED,
             checkpoint_pace: CheckpointPace::default(),
             reclaim: Reclaim::default(),
             head_interval: Some(Duration::from_secs(1)),

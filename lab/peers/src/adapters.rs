@@ -59,7 +59,7 @@ pub const STORES: &[StoreInfo] = &[
     StoreInfo {
         name: "bavl-paged",
         peer: false,
-        description: "bavl_store::Store paged (docs/design.md §8.5.1): Options::default() (keep_recent 4) with cache_bytes = twice --nomt-cache-mib (nomt's two caches together; 512 MiB when unset); evicted chunk bodies in the store's durable chunk files",
+        description: "bavl_store::Store paged (docs/design.md §8.5.1): Options::paged (keep_recent 4, a checkpoint every 4 MiB of log) with cache_bytes = twice --nomt-cache-mib (nomt's two caches together; 512 MiB when unset); evicted chunk bodies in the store's durable chunk files",
         durability: "one log record per block, fdatasync before commit() returns",
         feature: None,
     },
@@ -151,7 +151,13 @@ pub fn open_with(
 ) -> Result<Box<dyn Adapter>> {
     let _ = expected_keys;
     let paged = |bytes: u64| -> Result<Box<dyn Adapter>> {
-        let opts = Options { cache_bytes: Some(bytes), ..Options::default() };
+        // A budget that evicts gets the paged checkpoint policy (a short log); the loader
+        // of --preload and bavl-paged-cached, which evict nothing, keep the in-memory
+        // store's, so that the cached run differs from `bavl` by the paged code path alone.
+        let opts = match bytes < CACHED_BUDGET_BYTES {
+            true => Options::paged(bytes),
+            false => Options { cache_bytes: Some(bytes), ..Options::default() },
+        };
         Ok(Box::new(Bavl::open_with(dir, opts)?))
     };
     Ok(match name {

@@ -47,11 +47,12 @@ pub struct LoadtestArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub keep: u64,
     /// Automatic checkpoints once the log written since the last one exceeds M MiB (and
-    /// --checkpoint-ratio times the last checkpoint). Fractions are allowed. [default: 64]
+    /// --checkpoint-ratio times the last checkpoint). Fractions are allowed. [default: 64;
+    /// 4 with --cache-mib, whose replay on open reads chunks from disk]
     #[arg(long, value_name = "M", conflicts_with = "manual_checkpoints")]
     pub checkpoint_mb: Option<f64>,
     /// Automatic checkpoints also wait for the log to exceed R times the size of the last
-    /// checkpoint (0: the --checkpoint-mb threshold alone). [default: 1]
+    /// checkpoint (0: the --checkpoint-mb threshold alone). [default: 1; 0 with --cache-mib]
     #[arg(long, value_name = "R", conflicts_with = "manual_checkpoints")]
     pub checkpoint_ratio: Option<f64>,
     /// Never write a checkpoint (the log alone keeps every version).
@@ -107,7 +108,7 @@ once, and `bavl crashtest` can follow a store it kills with an in-memory referen
 
 With --cache-mib the state may be larger than memory: chunk bodies beyond the budget live in
 a page file and are read back (each verified against its hash) when a block needs them;
-before each block its keys' chunks are loaded on up to four threads (--no-prefetch: one by
+before each block its keys' chunks are loaded on up to 16 threads (--no-prefetch: one by
 one, as the operations meet them). The summary then counts loads, evictions and the
 page file's size.
 
@@ -124,8 +125,13 @@ pub(super) fn options(args: &LoadtestArgs) -> Result<Options> {
     let checkpoint = if args.manual_checkpoints {
         CheckpointPolicy::Manual
     } else {
-        let mb = args.checkpoint_mb.unwrap_or(64.0);
-        let ratio = args.checkpoint_ratio.unwrap_or(1.0);
+        // A paged store's defaults keep the log short (its replay reads from disk).
+        let (default_mb, default_ratio) = match args.cache_mib {
+            Some(_) => (4.0, 0.0),
+            None => (64.0, 1.0),
+        };
+        let mb = args.checkpoint_mb.unwrap_or(default_mb);
+        let ratio = args.checkpoint_ratio.unwrap_or(default_ratio);
         ensure!(mb.is_finite() && mb >= 0.0, "--checkpoint-mb must be a number >= 0, not {mb}");
         ensure!(
             ratio.is_finite() && ratio >= 0.0,
