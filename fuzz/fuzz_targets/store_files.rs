@@ -23,7 +23,8 @@ fuzz_target!(|data: &[u8]| {
             backend.put(name, contents.clone());
         }
     }
-    let report = check(&backend).expect("check reads memory");
+    let shared: std::sync::Arc<dyn bavl_store::Backend> = std::sync::Arc::new(backend.clone());
+    let report = check(&shared).expect("check reads memory");
     let opts = Options {
         capacity: None,
         keep_recent: 2,

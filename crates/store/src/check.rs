@@ -5,9 +5,11 @@
 //! names); every
 //! log segment is scanned and each record's checksums checked; then the state is rebuilt
 //! as opening would (a checkpoint, then every later version replayed, each recorded
-//! root compared) and the tree's invariants are checked at the newest version. Each
+//! root compared; a paged store's replay is paged too, with [`CHECK_CACHE_BYTES`] of
+//! bodies) and the tree's invariants are checked at the newest version. Each
 //! problem names the file, the byte offset and what is wrong.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bavl_core::Digest;
@@ -16,8 +18,13 @@ use crate::backend::Backend;
 use crate::error::{IoContext, StoreError};
 use crate::meta::{self, checkpoint_name, wal_name, FileKind};
 use crate::open::{list, recover};
+use crate::paging::Pager;
 use crate::wal::{Next, SegmentReader};
 use crate::{checkpoint, durable, Options};
+
+/// The chunk bodies `check` keeps in memory while it replays the log of a paged store
+/// (the rest is read back from the chunk files, verified, as needed).
+pub const CHECK_CACHE_BYTES: u64 = 256 << 20;
 
 /// One problem found.
 #[derive(Debug, Clone)]
@@ -64,7 +71,9 @@ pub(crate) fn problem(e: StoreError) -> Problem {
 }
 
 /// Checks the store on `backend` (which should be locked against writers).
-pub fn check(backend: &dyn Backend) -> Result<CheckReport, StoreError> {
+pub fn check(backend: &Arc<dyn Backend>) -> Result<CheckReport, StoreError> {
+    let shared = backend.clone();
+    let backend = &**backend;
     let start = Instant::now();
     let mut report = CheckReport::default();
     let l = list(backend)?;
@@ -156,8 +165,15 @@ pub fn check(backend: &dyn Backend) -> Result<CheckReport, StoreError> {
     }
     // The whole chain, as opening would rebuild it, unless a file is already known bad.
     if report.problems.is_empty() {
-        let opts = Options { keep_recent: 1, ..Options::default() };
-        match recover(backend, &opts, true, None) {
+        // A paged store (skeletons on disk) is replayed paged, with a bounded cache and
+        // a scratch page file: its state is never read into memory whole.
+        let paged = (!l.skeletons.is_empty()).then_some(CHECK_CACHE_BYTES);
+        let opts = Options { keep_recent: 1, cache_bytes: paged, ..Options::default() };
+        let mut pager = Pager::for_options(&opts)?;
+        if let Some(p) = pager.as_mut() {
+            p.backend = Some(shared);
+        }
+        match recover(backend, &opts, true, pager.as_mut()) {
             Ok(mut o) => {
                 report.problems.extend(o.recovery.older_checkpoint_damage.clone());
                 if o.recovery.older_checkpoint_damage.is_none() {

@@ -69,7 +69,7 @@ fn two_checkpoints(seed: u8) -> MemBackend {
 }
 
 fn report(mem: &MemBackend) -> CheckReport {
-    check(mem).unwrap()
+    check(&(Arc::new(mem.clone()) as Arc<dyn Backend>)).unwrap()
 }
 
 fn assert_problem(mem: &MemBackend, file: &str, what: &str) {

@@ -165,7 +165,7 @@ fn io_faults() {
         );
         assert_eq!(store.root(), roots[head as usize], "budget {budget}: wrong root at {head}");
         drop(store);
-        let b = DirBackend::open(dir.path()).unwrap();
+        let b: Arc<dyn bavl_store::Backend> = Arc::new(DirBackend::open(dir.path()).unwrap());
         let report = check(&b).unwrap();
         assert!(report.ok(), "budget {budget}: {:?}", report.problems);
         if !failed {
@@ -230,7 +230,7 @@ fn expect_corrupted(dir: &Path, file: &Path) {
         Err(e) => panic!("damage to {name}: expected Corrupted, got {e}"),
         Ok(s) => panic!("damage to {name} not detected (opened at {})", s.version()),
     }
-    let b = DirBackend::open(dir).unwrap();
+    let b: Arc<dyn bavl_store::Backend> = Arc::new(DirBackend::open(dir).unwrap());
     let report = check(&b).unwrap();
     assert!(report.problems.iter().any(|p| p.file == name), "{:?}", report.problems);
 }

@@ -36,7 +36,11 @@ fn imported_tree_opens_at_its_version_and_root() {
     let store = Store::open(&dir, Options::default()).unwrap();
     assert_eq!((store.version(), store.root()), (43, root));
     drop(store);
-    let report = bavl_store::check::check(&bavl_store::DirBackend::open(&dir).unwrap()).unwrap();
+    let report = bavl_store::check::check(
+        &(std::sync::Arc::new(bavl_store::DirBackend::open(&dir).unwrap())
+            as std::sync::Arc<dyn bavl_store::Backend>),
+    )
+    .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -102,7 +106,11 @@ fn an_adopted_checkpoint_in_arrival_order_opens_at_its_version_and_root() {
     assert_eq!((store.version(), store.root(), store.capacity()), (9, t.root_hash(), 16));
     assert_eq!(store.get(&5u32.to_be_bytes()).unwrap(), Some(&35u32.to_le_bytes()[..]));
     drop(store);
-    let report = bavl_store::check::check(&bavl_store::DirBackend::open(&dir).unwrap()).unwrap();
+    let report = bavl_store::check::check(
+        &(std::sync::Arc::new(bavl_store::DirBackend::open(&dir).unwrap())
+            as std::sync::Arc<dyn bavl_store::Backend>),
+    )
+    .unwrap();
     assert!(report.ok(), "{:?}", report.problems);
     // A second adoption into the same directory is refused.
     shuffled_checkpoint(&file, &mut t, 9, false);

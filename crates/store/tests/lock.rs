@@ -165,7 +165,7 @@ fn a_read_only_open_changes_nothing() {
     assert!(matches!(s.checkpoint(), Err(StoreError::ReadOnly(_))));
     assert!(s.stats().unwrap().files.len() >= 4);
     s.close().unwrap();
-    let backend = DirBackend::open_read_only(dir.path()).unwrap();
+    let backend: Arc<dyn Backend> = Arc::new(DirBackend::open_read_only(dir.path()).unwrap());
     let report = bavl_store::check::check(&backend).unwrap();
     assert!(report.ok() && report.notes.len() == 2, "{report:?}");
     drop(backend);
@@ -237,7 +237,7 @@ fn a_read_only_mount_can_be_opened_and_checked() {
     let s = Store::open_backend(mount.clone(), read_only()).unwrap();
     assert_eq!((s.version(), s.root()), (3, root));
     s.close().unwrap();
-    let report = bavl_store::check::check(&*mount).unwrap();
+    let report = bavl_store::check::check(&(mount.clone() as Arc<dyn Backend>)).unwrap();
     assert!(report.ok(), "{report:?}");
     assert_eq!(mount.1.load(Ordering::SeqCst), 0, "a read-only open tried to change a file");
     // A writable open is refused by such a mount (it would cut the tail).

@@ -181,7 +181,8 @@ fn file_of(dir: &std::path::Path, prefix: &str) -> std::path::PathBuf {
 }
 
 fn check_problems(dir: &std::path::Path) -> Vec<bavl_store::check::Problem> {
-    let backend = bavl_store::DirBackend::open_read_only(dir).unwrap();
+    let backend: std::sync::Arc<dyn bavl_store::Backend> =
+        std::sync::Arc::new(bavl_store::DirBackend::open_read_only(dir).unwrap());
     bavl_store::check::check(&backend).unwrap().problems
 }
 

@@ -8,8 +8,9 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use bavl_store::{CheckpointPolicy, Options, Store};
+use bavl_store::{Backend, CheckpointPolicy, DirBackend, Options, Store};
 use common::TempDir;
 
 fn options(cache_bytes: Option<u64>) -> Options {
@@ -66,11 +67,7 @@ fn two_skeletons(dir: &std::path::Path) -> BTreeMap<u64, BTreeMap<Vec<u8>, Vec<u
 fn a_paged_reopen_starts_from_the_newest_skeleton() {
     let (dir, copy) = (TempDir::new("paged-reopen"), TempDir::new("paged-reopen-copy"));
     let models = two_skeletons(dir.path());
-    std::fs::create_dir_all(copy.path()).unwrap();
-    for e in std::fs::read_dir(dir.path()).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
-    }
+    copy_files(dir.path(), copy.path());
 
     // The same files opened unpaged rebuild the versions before 9 from the skeleton of 5.
     let plain = Store::open(copy.path(), options(None)).unwrap();
@@ -91,5 +88,24 @@ fn a_paged_reopen_starts_from_the_newest_skeleton() {
         for (k, val) in &models[&v] {
             assert_eq!(snap.get(k).unwrap(), Some(val.as_slice()), "version {v}");
         }
+    }
+    store.close().unwrap();
+
+    // The open deleted the older skeleton, its log and the chunk files only it named (all
+    // hidden before any is deleted, skeletons first): `check` finds nothing wrong, and
+    // replays from the newest skeleton, paged.
+    let backend: Arc<dyn Backend> = Arc::new(DirBackend::open_read_only(dir.path()).unwrap());
+    let report = bavl_store::check::check(&backend).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.checkpoints_checked, 1, "{report:?}");
+    assert_eq!(report.head.map(|h| h.1), Some(head));
+    assert_eq!(report.versions_replayed, 1, "from the newest skeleton");
+}
+
+fn copy_files(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }

@@ -266,7 +266,7 @@ fn power_loss_images() {
             image.keys().any(|n| n.starts_with("ckpt-") || n.starts_with("skel-")) as u32;
         // Before its metadata is durable there is no store yet (opening creates one).
         if image.contains_key("bavl.meta") {
-            let report = check(&mem).unwrap();
+            let report = check(&(Arc::new(mem.clone()) as Arc<dyn bavl_store::Backend>)).unwrap();
             assert!(
                 report.ok(),
                 "image {i} (acknowledged {acked}): {:?} {:?}",

@@ -37,8 +37,8 @@ pub(super) fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 
 /// Runs `check` on the store; reports each problem through `fail`; returns the notes.
 pub(super) fn check_store(dir: &Path, when: &str, fail: &mut dyn FnMut(String)) -> usize {
-    let backend = match DirBackend::open_read_only(dir) {
-        Ok(b) => b,
+    let backend: std::sync::Arc<dyn bavl_store::Backend> = match DirBackend::open_read_only(dir) {
+        Ok(b) => std::sync::Arc::new(b),
         Err(e) => {
             fail(format!("check {when}: cannot lock the store: {e}"));
             return 0;

@@ -160,8 +160,10 @@ struct ProblemJson {
 pub fn check(args: &CheckArgs) -> Result<ExitCode> {
     let db = &args.db.db;
     require_store(db)?;
-    let backend = DirBackend::open_read_only(db)
-        .with_context(|| format!("opening the store at {}", db.display()))?;
+    let backend: std::sync::Arc<dyn bavl_store::Backend> = std::sync::Arc::new(
+        DirBackend::open_read_only(db)
+            .with_context(|| format!("opening the store at {}", db.display()))?,
+    );
     let r = bavl_store::check::check(&backend)
         .with_context(|| format!("checking the store at {}", db.display()))?;
     drop(backend);
