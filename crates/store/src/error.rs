@@ -32,6 +32,10 @@ pub enum StoreError {
     /// Options that do not fit the store or each other.
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// A limit of the store's formats was reached (a paged store's chunk file numbers:
+    /// `docs/design.md` §8.5.1); nothing was written past it.
+    #[error("store limit reached: {0}")]
+    Exhausted(String),
 }
 
 impl StoreError {
