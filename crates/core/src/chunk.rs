@@ -25,6 +25,13 @@ use crate::hash::{chunk_hash, chunk_node_hash, leaf_hash_of, Digest, Hasher, Key
 /// Inserts `bytes` at `at`, shifting the tail (one `memmove`).
 fn insert_bytes(buf: &mut Vec<u8>, at: usize, bytes: &[u8]) {
     let old = buf.len();
+    // Grown by an eighth, not doubled: a chunk's buffers are bounded by its capacity, so
+    // geometric growth by 1.125 costs a few more copies of a few KB while a chunk fills,
+    // and a full chunk holds at most an eighth of slack instead of up to half (a paged
+    // store's budget counts capacity: slack is chunks not cached).
+    if buf.capacity() < old + bytes.len() {
+        buf.reserve_exact(bytes.len().max(old / 8));
+    }
     buf.resize(old + bytes.len(), 0);
     buf.copy_within(at..old, at + bytes.len());
     buf[at..at + bytes.len()].copy_from_slice(bytes);
@@ -169,8 +176,8 @@ impl Chunk {
 
     /// Reserves room for `n` entries of about `bytes` key and value bytes in all.
     pub(crate) fn reserve(&mut self, n: usize, key_bytes: usize, value_bytes: usize) {
-        self.kbuf.reserve(key_bytes);
-        self.vbuf.reserve(value_bytes);
+        self.kbuf.reserve_exact(key_bytes);
+        self.vbuf.reserve_exact(value_bytes);
         self.entries.reserve(n);
     }
 
@@ -265,6 +272,9 @@ impl Chunk {
             kend: kat as u32 + klen,
             leaf: None,
         };
+        if self.entries.len() == self.entries.capacity() {
+            self.entries.reserve_exact((self.entries.len() / 8).max(1));
+        }
         self.entries.insert(i, entry);
         self.clean_prefix = self.clean_prefix.min(i);
         self.stale();
