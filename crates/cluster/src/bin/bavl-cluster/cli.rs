@@ -222,6 +222,7 @@ async fn run_node(
         rebalance: !t.no_rebalance,
         replicas: t.replicas,
         seeds: peers.keys().copied().filter(|p| *p != id).collect(),
+        load: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
