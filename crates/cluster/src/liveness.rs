@@ -25,6 +25,7 @@ use crate::consensus::Consensus;
 use crate::load::RangeStats;
 use crate::msg::{ClientOp, ClientReply, ClientRequest};
 use crate::node::Node;
+use crate::plan::View;
 use crate::types::{Epoch, GroupId, NodeId, NodeInfo, DIRECTORY_GROUP};
 
 /// The directory leader's view of the nodes (see the module doc).
@@ -71,6 +72,12 @@ impl DirView {
         let last = |n: NodeId| self.heard.get(&n).copied().unwrap_or(self.since);
         let silent = |n: NodeId| now.saturating_duration_since(last(n)) > limit;
         nodes.iter().map(|n| n.id).filter(|n| *n != me && silent(*n)).collect()
+    }
+
+    /// The registered nodes other than `me` not heard from in this view.
+    pub fn unheard(&self, nodes: &[NodeInfo], me: NodeId) -> BTreeSet<NodeId> {
+        let unheard = |n: &NodeId| *n != me && !self.heard.contains_key(n);
+        nodes.iter().map(|n| n.id).filter(unheard).collect()
     }
 
     /// The latest stats of each group, if heard within `limit` (older ones are dropped: the
@@ -139,19 +146,18 @@ impl Node {
         ClientReply::Done
     }
 
-    /// What the rebalancer knows beyond the directory's state: the stats of the ranges and
-    /// the dead nodes (this node must lead the directory).
-    pub fn directory_view(
-        &self,
-        nodes: &[NodeInfo],
-    ) -> (BTreeMap<GroupId, RangeStats>, BTreeSet<NodeId>) {
+    /// What the rebalancer knows beyond the directory's state: the stats of the ranges, the
+    /// dead nodes and those not heard from yet (this node must lead the directory).
+    pub fn directory_view(&self, nodes: &[NodeInfo]) -> View {
         let term =
             self.group(DIRECTORY_GROUP).map_or(0, |g| g.raft.metrics().borrow().current_term);
         let limit = self.dead_after();
         let now = Instant::now();
         let mut view = self.view.lock().expect("not poisoned");
         let dead = view.dead(term, nodes, self.id, now, limit);
-        (view.stats(now, limit), dead)
+        let unheard = view.unheard(nodes, self.id);
+        let unheard = unheard.difference(&dead).copied().collect();
+        View { stats: view.stats(now, limit), dead, unheard }
     }
 }
 
@@ -178,10 +184,12 @@ mod tests {
         assert_eq!(v.stats(t, limit).get(&9), Some(&stats));
         v.heard(5, 3, &[], t);
         assert!(v.dead(5, &ns, 1, t, limit).is_empty());
+        assert!(v.unheard(&ns, 1).is_empty());
         let later = t0 + Duration::from_secs(6);
         assert_eq!(v.dead(5, &ns, 1, later, limit), BTreeSet::from([2]));
         assert!(v.stats(later, limit).is_empty(), "stale stats are dropped");
         // A new term starts the view over.
         assert!(v.dead(6, &ns, 1, later, limit).is_empty());
+        assert_eq!(v.unheard(&ns, 1), BTreeSet::from([2, 3]));
     }
 }

@@ -24,7 +24,10 @@
 //! than one, as the count-only rebalancer did. Load fluctuations below about one mean
 //! range's load cannot trigger a move by themselves.
 //!
-//! Active nodes: registered, not draining, not dead. The directory group itself never moves.
+//! Active nodes: registered, not draining, not dead, and heard from by the current
+//! directory leader (a node it has not heard from yet is neither a target nor weighed: a
+//! new leader does not take a node that died before its time for an empty one). The
+//! directory group itself never moves.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,6 +55,9 @@ pub struct Move {
 pub struct View {
     pub stats: BTreeMap<GroupId, RangeStats>,
     pub dead: BTreeSet<NodeId>,
+    /// Nodes the directory leader has not heard from yet (it became leader recently): not
+    /// dead, but neither a target nor weighed, until heard from.
+    pub unheard: BTreeSet<NodeId>,
 }
 
 /// The weight of each range (see the module doc).
@@ -79,8 +85,11 @@ pub fn range_weights(
 pub fn plan(descs: &[RangeDesc], nodes: &[NodeInfo], replicas: usize, view: &View) -> Option<Move> {
     let out = |n: NodeId| view.dead.contains(&n) || nodes.iter().any(|i| i.id == n && i.draining);
     let weights = range_weights(descs, &view.stats);
-    let mut load: BTreeMap<NodeId, f64> =
-        nodes.iter().filter(|n| !out(n.id)).map(|n| (n.id, 0.0)).collect();
+    let mut load: BTreeMap<NodeId, f64> = nodes
+        .iter()
+        .filter(|n| !out(n.id) && !view.unheard.contains(&n.id))
+        .map(|n| (n.id, 0.0))
+        .collect();
     for d in descs {
         for n in &d.replicas {
             if let Some(l) = load.get_mut(n) {
@@ -313,6 +322,9 @@ mod tests {
         // Alive again, node 3 (now empty) receives replicas back by balance.
         let m = plan(&descs, &ns, 3, &View::default()).expect("a move to node 3");
         assert_eq!(m.to, 3);
+        // Not heard from yet (a new directory leader): not a target, not a source.
+        let unheard = View { unheard: BTreeSet::from([3]), ..View::default() };
+        assert_eq!(plan(&descs, &ns, 3, &unheard), None);
         // A dead voter is dropped first from a range with an extra voter.
         let four = vec![desc(1, &[1, 2, 3, 4])];
         assert_eq!(plan(&four, &ns, 3, &dead), Some(Move { group: 1, from: 3, to: 1 }));

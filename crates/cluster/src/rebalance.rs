@@ -46,8 +46,7 @@ impl Node {
             let s = dir.sm.shared.lock().expect("not poisoned");
             (s.state.descriptors(), s.state.nodes())
         };
-        let (stats, dead) = self.directory_view(&nodes);
-        let m = plan(&descs, &nodes, self.opts.replicas, &View { stats, dead })?;
+        let m = plan(&descs, &nodes, self.opts.replicas, &self.directory_view(&nodes))?;
         let desc = descs.iter().find(|d| d.id == m.group)?.clone();
         let reply = self.range_call(&desc, ClientOp::Move { from: m.from, to: m.to }).await;
         Some((m, reply))

@@ -49,11 +49,12 @@ async fn hot_range_splits(split_load: u64) -> (Vec<bavl_cluster::types::RangeDes
         let nodes = group.sm.shared.lock().unwrap().state.nodes();
         leader.directory_view(&nodes)
     };
-    let (stats, _) = view().await;
+    let stats = view().await.stats;
     let load: u64 = stats.values().map(|s| s.load()).sum();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (stats, dead) = view().await;
-    assert!(dead.is_empty(), "{dead:?}");
+    let v = view().await;
+    assert!(v.dead.is_empty() && v.unheard.is_empty(), "{v:?}");
+    let stats = v.stats;
     let keys: u64 = stats.values().map(|s| s.keys).sum();
     cluster.converge(Duration::from_secs(20)).await.unwrap();
     let (ranges, problems) = cluster.ranges();
