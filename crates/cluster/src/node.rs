@@ -95,6 +95,8 @@ pub struct Node {
     pub(crate) load: Mutex<crate::load::LoadTracker>,
     /// The directory leader's view of the nodes (see `liveness`).
     pub(crate) view: Mutex<crate::liveness::DirView>,
+    /// Held while a group is being started (see [`Node::start_group`]).
+    starting: tokio::sync::Mutex<()>,
 }
 
 impl Node {
@@ -123,6 +125,7 @@ impl Node {
             fetch: Default::default(),
             load: Mutex::new(load),
             view: Mutex::default(),
+            starting: tokio::sync::Mutex::new(()),
         });
         let mut ids = Vec::new();
         for entry in std::fs::read_dir(&node.opts.dir)? {
@@ -189,7 +192,11 @@ impl Node {
 
     /// Starts group `g` from its files (no-op if running). A group without a snapshot file
     /// is started only if `empty` (a replica created by a message, waiting for a snapshot).
+    /// Starts are serialized: two messages of a new group arriving together must not both
+    /// start a replica (the second would replace the first in the node's map while the
+    /// first kept running, and what the first acknowledged, the second would not hold).
     async fn start_group(&self, g: GroupId, empty: bool) -> std::io::Result<()> {
+        let _one_at_a_time = self.starting.lock().await;
         if self.is_stopped() {
             return Err(std::io::Error::other("the node is shut down"));
         }
