@@ -70,6 +70,8 @@ struct Bucket {
     writes: u64,
     samples: Vec<Vec<u8>>,
     seen: u64,
+    /// How long the bucket was open, in milliseconds (set when it closes).
+    ms: u64,
 }
 
 /// One group's window of buckets.
@@ -82,18 +84,20 @@ struct Window {
 /// Per-group load counters of one node.
 pub struct LoadTracker {
     window: usize,
-    tick_ms: u64,
+    /// When the current buckets opened.
+    opened: tokio::time::Instant,
     groups: HashMap<GroupId, Window>,
     /// A small generator for the reservoir (xorshift; the sample need not be reproducible).
     rng: u64,
 }
 
 impl LoadTracker {
-    /// Keeps `window` buckets of `tick_ms` each.
-    pub fn new(window: usize, tick_ms: u64) -> Self {
+    /// Keeps `window` buckets, one a tick (the rates use the time really elapsed between
+    /// rotations, not the nominal tick).
+    pub fn new(window: usize) -> Self {
         LoadTracker {
             window: window.max(1),
-            tick_ms: tick_ms.max(1),
+            opened: tokio::time::Instant::now(),
             groups: HashMap::new(),
             rng: 0x9e37_79b9_7f4a_7c15,
         }
@@ -126,9 +130,20 @@ impl LoadTracker {
     /// Closes the current bucket of every group (once a tick); a group with no operation
     /// over a whole window is forgotten.
     pub fn rotate(&mut self) {
+        let now = tokio::time::Instant::now();
+        let ms = now.saturating_duration_since(self.opened).as_millis() as u64;
+        self.opened = now;
+        self.rotate_after(ms);
+    }
+
+    /// [`LoadTracker::rotate`] for buckets that were open `ms` milliseconds (a tick that
+    /// ran late makes a longer bucket: the rates divide by the time really covered).
+    pub fn rotate_after(&mut self, ms: u64) {
         let window = self.window;
+        let ms = ms.max(1);
         self.groups.retain(|_, w| {
-            let b = std::mem::take(&mut w.current);
+            let mut b = std::mem::take(&mut w.current);
+            b.ms = ms;
             w.done.push_back(b);
             while w.done.len() > window {
                 w.done.pop_front();
@@ -144,7 +159,8 @@ impl LoadTracker {
         if n == 0 {
             return (0, 0, false);
         }
-        let per_s = |x: u64| x.saturating_mul(1000) / (n * self.tick_ms);
+        let ms: u64 = w.done.iter().map(|b| b.ms).sum();
+        let per_s = |x: u64| x.saturating_mul(1000) / ms.max(1);
         let reads = per_s(w.done.iter().map(|b| b.reads).sum());
         let writes = per_s(w.done.iter().map(|b| b.writes).sum());
         (reads, writes, n as usize >= self.window)
@@ -271,24 +287,30 @@ mod tests {
 
     #[test]
     fn the_tracker_measures_rates_over_a_full_window() {
-        let mut t = LoadTracker::new(4, 250);
+        let mut t = LoadTracker::new(4);
         for _ in 0..4 {
             for i in 0..100u32 {
                 t.record(7, &i.to_be_bytes(), i % 4 == 0);
             }
             assert!(!t.rates(7).2);
-            t.rotate();
+            t.rotate_after(250);
         }
         // 100 operations per 250 ms: 300 reads/s and 100 writes/s.
         assert_eq!(t.rates(7), (300, 100, true));
         assert_eq!(t.samples(7).len(), 4 * SAMPLES_PER_TICK);
+        // A late tick: 100 operations over one 1000-ms bucket and three of 250 ms.
+        for i in 0..100u32 {
+            t.record(7, &i.to_be_bytes(), false);
+        }
+        t.rotate_after(1000);
+        assert_eq!(t.rates(7), (325 * 1000 / 1750, 75 * 1000 / 1750, true));
         for _ in 0..4 {
-            t.rotate();
+            t.rotate_after(250);
         }
         assert_eq!(t.rates(7), (0, 0, false), "an idle group is forgotten");
         t.record(8, b"x", true);
         t.reset(8);
-        t.rotate();
+        t.rotate_after(250);
         assert_eq!(t.rates(8), (0, 0, false));
     }
 }

@@ -108,7 +108,7 @@ impl Node {
     ) -> std::io::Result<Arc<Node>> {
         std::fs::create_dir_all(&opts.dir)?;
         let (tx, rx) = unbounded_channel();
-        let load = crate::load::LoadTracker::new(opts.load.window_ticks as usize, opts.tick_ms);
+        let load = crate::load::LoadTracker::new(opts.load.window_ticks as usize);
         let node = Arc::new_cyclic(|me| Node {
             id,
             me: me.clone(),
