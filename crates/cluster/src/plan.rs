@@ -3,7 +3,8 @@
 //!
 //! In order of urgency:
 //! 1. a range with more voters than the target (a move interrupted after its promotion):
-//!    drop the voter on a draining or dead node, else on the heaviest node;
+//!    drop the voter on a draining or dead node, else on the heaviest node (a node not
+//!    heard from yet counts as the heaviest);
 //! 2. a replica on a draining or dead node: move it to the lightest active node lacking one;
 //! 3. balance by **weight**. A range replica weighs
 //!    `w(r) = 1 + keys(r) / K + load(r) / L`, where `K` is the mean keys of the ranges
