@@ -11,8 +11,10 @@
 //! - [`consensus`]: our engine trait and its openraft implementation;
 //! - [`directory`]: the directory's node list; descriptors following Raft membership;
 //! - [`node`], [`split`], [`read`]: a node hosting many groups, its leader duties, its reads;
-//! - [`moves`], [`cleanup`], [`rebalance`]: range moves by membership change, removed
-//!   replicas, the rebalancer;
+//! - [`moves`], [`cleanup`], [`rebalance`], [`plan`]: range moves by membership change,
+//!   removed replicas, the rebalancer and its plan;
+//! - [`load`], [`liveness`]: ranges' size and load, load splits, node heartbeats and dead
+//!   nodes;
 //! - [`msg`], [`raftnet`], [`tcp`]: messages, openraft's network over them, TCP;
 //! - [`versions`], [`fetch`]: attested versions, snapshots fetched as chunks from several
 //!   replicas;
@@ -28,10 +30,13 @@ pub mod directory;
 pub mod fetch;
 pub mod history;
 pub mod lincheck;
+pub mod liveness;
+pub mod load;
 pub mod log_store;
 pub mod moves;
 pub mod msg;
 pub mod node;
+pub mod plan;
 pub mod raftnet;
 pub mod range;
 pub mod read;

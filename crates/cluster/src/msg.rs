@@ -15,6 +15,7 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 
 pub use crate::fetch::{FetchRequest, Manifest};
+use crate::load::RangeStats;
 use crate::types::{
     typ, BatchOp, ChunkBytes, Epoch, GroupId, NodeId, NodeInfo, RangeDesc, TypeConfig,
 };
@@ -82,6 +83,12 @@ pub enum ClientOp {
     Drain(NodeId),
     /// Directory: the registered nodes.
     Nodes,
+    /// Directory leader: node `node` is alive and leads these ranges (see `liveness`);
+    /// answered `Done` by the directory's leader only, and kept in its memory.
+    Heartbeat {
+        node: NodeId,
+        ranges: Vec<RangeStats>,
+    },
     /// To a range's leader: move the replica on `from` to `to` (see `moves`); answered
     /// `Moved` with the descriptor once the old replica is removed.
     Move {

@@ -47,6 +47,8 @@ pub struct NodeOptions {
     pub replicas: usize,
     /// Nodes to ask for the directory when this node holds no replica of it.
     pub seeds: Vec<NodeId>,
+    /// Load measurement, load splits, dead-node detection (see `load`, `liveness`).
+    pub load: crate::load::LoadOptions,
 }
 
 /// openraft settings for the simulation and tests (milliseconds).
@@ -89,6 +91,12 @@ pub struct Node {
     pub(crate) garbage: Mutex<std::collections::BTreeSet<GroupId>>,
     /// Snapshot fetches under way and done (see `fetch`).
     pub(crate) fetch: crate::fetch::FetchState,
+    /// Client operations served per group (see `load`).
+    pub(crate) load: Mutex<crate::load::LoadTracker>,
+    /// The directory leader's view of the nodes (see `liveness`).
+    pub(crate) view: Mutex<crate::liveness::DirView>,
+    /// Held while a group is being started (see [`Node::start_group`]).
+    starting: tokio::sync::Mutex<()>,
 }
 
 impl Node {
@@ -100,6 +108,7 @@ impl Node {
     ) -> std::io::Result<Arc<Node>> {
         std::fs::create_dir_all(&opts.dir)?;
         let (tx, rx) = unbounded_channel();
+        let load = crate::load::LoadTracker::new(opts.load.window_ticks as usize);
         let node = Arc::new_cyclic(|me| Node {
             id,
             me: me.clone(),
@@ -114,6 +123,9 @@ impl Node {
             rebalancing: AtomicBool::new(false),
             garbage: Mutex::default(),
             fetch: Default::default(),
+            load: Mutex::new(load),
+            view: Mutex::default(),
+            starting: tokio::sync::Mutex::new(()),
         });
         let mut ids = Vec::new();
         for entry in std::fs::read_dir(&node.opts.dir)? {
@@ -180,7 +192,11 @@ impl Node {
 
     /// Starts group `g` from its files (no-op if running). A group without a snapshot file
     /// is started only if `empty` (a replica created by a message, waiting for a snapshot).
+    /// Starts are serialized: two messages of a new group arriving together must not both
+    /// start a replica (the second would replace the first in the node's map while the
+    /// first kept running, and what the first acknowledged, the second would not hold).
     async fn start_group(&self, g: GroupId, empty: bool) -> std::io::Result<()> {
+        let _one_at_a_time = self.starting.lock().await;
         if self.is_stopped() {
             return Err(std::io::Error::other("the node is shut down"));
         }
@@ -326,6 +342,9 @@ impl Node {
         if req.op.is_admin() {
             return self.handle_admin(req.group, req.op).await;
         }
+        if let ClientOp::Heartbeat { node, ranges } = &req.op {
+            return self.on_heartbeat(*node, ranges);
+        }
         let Some(group) = self.group(req.group) else { return ClientReply::NoGroup };
         if group.sm.shared.lock().expect("not poisoned").last_applied.is_none() {
             return ClientReply::NoGroup;
@@ -341,22 +360,34 @@ impl Node {
         if req.epoch.version != desc.epoch.version || !fenced(&desc) {
             return ClientReply::Stale(desc);
         }
-        let cmd = match req.op {
+        let key = req.op.key().map(<[u8]>::to_vec).unwrap_or_default();
+        let (write, reply) = match req.op {
             op @ (ClientOp::Get(_) | ClientOp::Scan { .. } | ClientOp::Prove(_)) => {
-                return crate::read::read(
-                    &group,
-                    op,
-                    req.epoch.version,
-                    self.opts.unsafe_local_reads,
-                )
-                .await
+                let version = req.epoch.version;
+                let local = self.opts.unsafe_local_reads;
+                (false, crate::read::read(&group, op, version, local).await)
             }
-            ClientOp::Put(key, value) => Command::Put { epoch: req.epoch, key, value },
-            ClientOp::Delete(key) => Command::Delete { epoch: req.epoch, key },
-            ClientOp::Batch(ops) => Command::Batch { epoch: req.epoch, ops },
+            ClientOp::Put(key, value) => {
+                (true, answer(group.propose(Command::Put { epoch: req.epoch, key, value }).await))
+            }
+            ClientOp::Delete(key) => {
+                (true, answer(group.propose(Command::Delete { epoch: req.epoch, key }).await))
+            }
+            ClientOp::Batch(ops) => {
+                (true, answer(group.propose(Command::Batch { epoch: req.epoch, ops }).await))
+            }
             _ => return ClientReply::Refused("directory operation sent to a range".into()),
         };
-        answer(group.propose(cmd).await)
+        if matches!(
+            reply,
+            ClientReply::Value(_)
+                | ClientReply::Done
+                | ClientReply::Entries { .. }
+                | ClientReply::Proof { .. }
+        ) {
+            self.load.lock().expect("not poisoned").record(req.group, &key, write);
+        }
+        reply
     }
 }
 
@@ -376,6 +407,7 @@ async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {
         },
         ClientOp::AllocGroupId => answer(group.propose(Command::AllocGroupId).await),
         ClientOp::Report(descs) => answer(group.propose(Command::Report { descs }).await),
+        ClientOp::Heartbeat { .. } => ClientReply::Refused("served by the node".into()),
         ClientOp::AddNode(node) => answer(group.propose(Command::AddNode { node }).await),
         ClientOp::Drain(id) => answer(group.propose(Command::Drain { id }).await),
         ClientOp::Nodes => match group.read_barrier().await {

@@ -61,6 +61,11 @@ pub struct SimOptions {
     pub rebalance: bool,
     /// Move a random replica of a random range to a random node every 0.5-2 s (virtual).
     pub moves: bool,
+    /// Load measurement, load splits and dead-node detection of the nodes.
+    pub load: crate::load::LoadOptions,
+    /// Stop node `.0` for good `.1` ms (virtual) into the workload; the run then waits
+    /// (up to 120 s) until no range names it, before the final reads.
+    pub kill: Option<(NodeId, u64)>,
 }
 
 impl SimOptions {
@@ -85,6 +90,8 @@ impl SimOptions {
             replicas: 3,
             rebalance: false,
             moves: false,
+            load: Default::default(),
+            kill: None,
         }
     }
 }
@@ -135,6 +142,7 @@ pub(crate) fn node_options(opts: &SimOptions, id: NodeId) -> NodeOptions {
         rebalance: opts.rebalance,
         replicas: opts.replicas as usize,
         seeds: (1..=opts.replicas).collect(),
+        load: opts.load.clone(),
     }
 }
 
@@ -154,6 +162,15 @@ async fn simulate(opts: SimOptions) -> SimReport {
     let mover = opts
         .moves
         .then(|| tokio::spawn(mover(net.clone(), opts.clone(), report.clone(), done.clone())));
+    let killer = opts.kill.map(|(victim, at)| {
+        let net = net.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(at)).await;
+            if let Some(node) = net.detach(victim) {
+                node.shutdown().await;
+            }
+        })
+    });
     if opts.lagging_node {
         net.isolate(opts.nodes, true);
     }
@@ -177,6 +194,11 @@ async fn simulate(opts: SimOptions) -> SimReport {
     }
     net.set_faults(Faults { loss: 0.0, max_delay_ms: 1 });
     net.isolate(opts.nodes, false);
+    let mut late = Vec::new();
+    if let (Some(task), Some((victim, _))) = (killer, opts.kill) {
+        task.await.expect("killer task");
+        late.extend(forget(&net, victim, Duration::from_secs(120)).await.err());
+    }
     let converged = converge(&net, Duration::from_secs(20)).await;
     let mut reader = make_client(&opts, &net, opts.clients);
     final_reads(&mut reader, &opts, &history, start).await;
@@ -184,6 +206,7 @@ async fn simulate(opts: SimOptions) -> SimReport {
     let mut r = std::mem::take(&mut *report.lock().expect("not poisoned"));
     r.violations.extend(check(&net, &mut HashMap::new()).await);
     r.violations.extend(converged.err());
+    r.violations.extend(late);
     let (overlaps, gaps) = tiling(&newest_descs(&net).into_values().collect::<Vec<_>>());
     r.violations.extend(overlaps.into_iter().chain(gaps).map(|v| format!("after healing: {v}")));
     r.ranges = newest_descs(&net).into_values().collect();
@@ -209,6 +232,25 @@ async fn simulate(opts: SimOptions) -> SimReport {
     }
     cluster.shutdown().await;
     r
+}
+
+/// Waits (virtual time) until no range names `victim` (a node stopped for good), or says
+/// which ranges still do after `limit`.
+async fn forget(net: &SimNet, victim: NodeId, limit: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let named: Vec<RangeDesc> = newest_descs(net)
+            .into_values()
+            .filter(|d| d.replicas.contains(&victim) || d.learners.contains(&victim))
+            .collect();
+        if named.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            return Err(format!("ranges still on dead node {victim} after {limit:?}: {named:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 fn make_client(opts: &SimOptions, net: &Arc<SimNet>, c: u64) -> Client {

@@ -138,6 +138,9 @@ pub(crate) async fn chaos(
             )
         });
         tokio::time::sleep(Duration::from_millis(pause)).await;
+        if opts.kill.is_some_and(|(k, _)| k == victim) {
+            continue; // stopped for good by the run, never restarted here
+        }
         report.lock().expect("not poisoned").faults_injected += 1;
         if crash {
             let Some(node) = net.detach(victim) else { continue };

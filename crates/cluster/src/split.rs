@@ -1,8 +1,10 @@
-//! A range leader's duties: splitting its range when it grows past the threshold, and
-//! reporting its descriptor to the directory (TiKV's region heartbeat to PD).
+//! A range leader's duties: splitting its range when it grows past the size threshold or
+//! its load passes the load threshold, and reporting its descriptor to the directory
+//! (TiKV's region heartbeat to PD).
 //!
-//! The split protocol: (1) the leader picks a key at a chunk boundary near the middle of its
-//! tree; (2) it asks the directory for a fresh group id; (3) it proposes one `Split` command
+//! The split protocol: (1) the leader picks a key at a chunk boundary, near the middle of
+//! its tree (size split) or near the median of the keys recently accessed (load split, see
+//! `load`); (2) it asks the directory for a fresh group id; (3) it proposes one `Split` command
 //! in its own log, carrying the epoch it read — every replica applies it identically: the
 //! range keeps `[start, key)`, the right half becomes the new group on the same replicas,
 //! both at `version + 1`, and each replica creates the child from the half it computed; (4)
@@ -21,6 +23,7 @@ impl Node {
     /// One round of leader duties; `report` also sends every led range's descriptor, and
     /// runs the node's housekeeping (addresses, garbage, the rebalancer: see `cleanup`).
     pub async fn tick(self: &Arc<Self>, split_keys: u64, report: bool) {
+        self.load.lock().expect("not poisoned").rotate();
         for group in self.groups() {
             let desc = group.sm.desc();
             if group.sm.snapshot_due() && group.raft.trigger().snapshot().await.is_err() {
@@ -37,26 +40,44 @@ impl Node {
                 continue;
             }
             let moving = self.moving.lock().expect("not poisoned").contains(&desc.id);
-            let len = group.sm.shared.lock().expect("not poisoned").state.tree.len();
-            if len > split_keys && !moving {
-                self.split(&group).await;
+            let key = if moving { None } else { self.split_key(&group, split_keys) };
+            if let Some(key) = key {
+                self.split(&group, key).await;
             } else if report {
                 self.report(vec![desc]).await;
             }
         }
         if report {
+            self.heartbeat().await;
             self.learn_addresses();
             self.collect_garbage().await;
             self.maybe_rebalance();
         }
     }
 
-    async fn split(&self, group: &OpenraftGroup) {
-        let Some(key) = group.sm.shared.lock().expect("not poisoned").state.split_key() else {
-            return;
-        };
+    /// Where to split a led range now, if at all: by size (more than `split_keys` keys:
+    /// a chunk boundary near the middle of the tree) or else by load (more than the
+    /// `split_load` option over a full window: a chunk boundary near the median of the
+    /// sampled keys, see `load`).
+    fn split_key(&self, group: &OpenraftGroup, split_keys: u64) -> Option<Vec<u8>> {
+        let s = group.sm.shared.lock().expect("not poisoned");
+        if s.state.tree.len() > split_keys {
+            return s.state.split_key();
+        }
+        let limit = self.opts.load.split_load;
+        let load = self.load.lock().expect("not poisoned");
+        let (reads, writes, full) = load.rates(s.state.desc.id);
+        if limit == u64::MAX || !full || reads.saturating_add(writes) <= limit {
+            return None;
+        }
+        crate::load::load_split_key(&s.state, &load.samples(s.state.desc.id))
+    }
+
+    async fn split(&self, group: &OpenraftGroup, key: Vec<u8>) {
         let Some(new_id) = self.alloc_group_id().await else { return };
         if let Some((left, right)) = self.propose_split(group, key, new_id).await {
+            // The halves' load is measured afresh (the parent's samples are spent).
+            self.load.lock().expect("not poisoned").reset(left.id);
             self.report(vec![left, right]).await;
         }
     }
@@ -119,7 +140,11 @@ impl Node {
         }
     }
 
-    async fn directory_try(&self, n: NodeId, req: &ClientRequest) -> Option<ClientReply> {
+    pub(crate) async fn directory_try(
+        &self,
+        n: NodeId,
+        req: &ClientRequest,
+    ) -> Option<ClientReply> {
         let reply = if n == self.id {
             self.handle_client(req.clone()).await
         } else {

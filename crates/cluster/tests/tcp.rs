@@ -34,6 +34,7 @@ async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
         rebalance: true,
         replicas: 3,
         seeds: vec![1, 2, 3],
+        load: Default::default(),
     };
     let members: BTreeSet<u64> = (1..=3).collect();
     let mut servers = HashMap::new();

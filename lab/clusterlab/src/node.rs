@@ -135,6 +135,7 @@ pub async fn run(a: NodeArgs) -> Result<()> {
         rebalance: false,
         replicas: peers.len(),
         seeds: peers.keys().copied().filter(|p| *p != a.id).collect(),
+        load: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await

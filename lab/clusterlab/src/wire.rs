@@ -46,7 +46,7 @@ pub struct NodeStats {
     pub cpu_s: f64,
     /// Per class: `raft_append` (with entries), `raft_heartbeat` (no entries), `raft_vote`,
     /// `raft_snapshot`, `client_data`, `dir_lookup`, `dir_write` (Report, AllocGroupId),
-    /// `dir_read` (Ranges).
+    /// `dir_read` (Ranges), `dir_heartbeat` (a node's heartbeat, not logged).
     pub classes: BTreeMap<String, Count>,
 }
 
@@ -106,6 +106,9 @@ fn class(msg: &Message) -> &'static str {
         Message::Client(req) if req.group == DIRECTORY_GROUP => match req.op {
             ClientOp::Lookup(_) => "dir_lookup",
             ClientOp::Ranges => "dir_read",
+            // Node liveness and range stats, kept in the directory leader's memory (no log
+            // entry): not a directory write.
+            ClientOp::Heartbeat { .. } => "dir_heartbeat",
             _ => "dir_write",
         },
         Message::Client(_) => "client_data",

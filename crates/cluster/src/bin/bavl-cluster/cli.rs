@@ -139,6 +139,14 @@ pub struct Tuning {
     /// Do not run the rebalancer on this node (when it leads the directory).
     #[arg(long)]
     no_rebalance: bool,
+    /// A range whose leader serves more client operations per second than this (over a
+    /// 10-tick window) splits near the median of its accessed keys (default: never).
+    #[arg(long)]
+    split_load: Option<u64>,
+    /// The directory leader counts a node silent for this many ticks (500 ms) as dead and
+    /// re-creates its replicas elsewhere.
+    #[arg(long, default_value_t = 15)]
+    dead_ticks: u64,
 }
 
 impl Peers {
@@ -194,7 +202,12 @@ pub fn tuning_args(t: &Tuning) -> Vec<String> {
         t.split_keys.to_string(),
         "--capacity".into(),
         t.capacity.to_string(),
+        "--dead-ticks".into(),
+        t.dead_ticks.to_string(),
     ]
+    .into_iter()
+    .chain(t.split_load.iter().flat_map(|l| ["--split-load".into(), l.to_string()]))
+    .collect()
 }
 
 async fn run_node(
@@ -222,6 +235,11 @@ async fn run_node(
         rebalance: !t.no_rebalance,
         replicas: t.replicas,
         seeds: peers.keys().copied().filter(|p| *p != id).collect(),
+        load: bavl_cluster::load::LoadOptions {
+            split_load: t.split_load.unwrap_or(u64::MAX),
+            dead_ticks: t.dead_ticks,
+            ..Default::default()
+        },
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
