@@ -82,6 +82,32 @@ func (n localnet) write(t *testing.T, key, value []byte) {
 	if err != nil || r.CheckTx.Code != 0 || r.TxResult.Code != 0 {
 		t.Fatalf("writing %q: %v %+v", key, err, r)
 	}
+	// The other nodes may not hold that block yet: a query sent to one of them right away
+	// would read the state before it (and verify its absence, correctly). Seen in CI on a
+	// loaded machine; wait for them.
+	for _, addr := range n.rpc[1:] {
+		waitHeight(t, addr, r.Height)
+	}
+}
+
+// waitHeight waits (up to a minute) until the node at addr has committed block h.
+func waitHeight(t *testing.T, addr string, h int64) {
+	t.Helper()
+	c, err := rpchttp.New(addr, "/websocket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := c.Status(ctx(t))
+		if err == nil && s.SyncInfo.LatestBlockHeight >= h {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has not committed block %d after a minute (last error: %v)", addr, h, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func fresh(t *testing.T, prefix string) []byte {
