@@ -20,7 +20,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::hash::{chunk_hash, chunk_node_hash, leaf_hash_of, Digest, Hasher, Key};
+use crate::hash::{Digest, Hasher};
+
+#[path = "chunk_hash.rs"]
+mod hash;
 
 /// Inserts `bytes` at `at`, shifting the tail (one `memmove`).
 fn insert_bytes(buf: &mut Vec<u8>, at: usize, bytes: &[u8]) {
@@ -352,115 +355,6 @@ impl Chunk {
         *self = other;
     }
 
-    /// Hash of the aligned perfect block of `size` leaves starting at `lo`.
-    #[inline]
-    fn block(&self, lo: usize, size: usize) -> Digest {
-        if size == 1 {
-            // Callers only ask after `rehash`, when every leaf hash is present.
-            self.entries[lo].leaf.unwrap_or_default()
-        } else {
-            let j = size.trailing_zeros() as usize;
-            self.levels[level_offset(self.span, j - 1) + (lo >> j)]
-        }
-    }
-
-    /// Hash of the in-chunk node over leaves `lo..hi` (a node of the RFC 6962 shape).
-    pub(crate) fn node_hash<H: Hasher>(&self, lo: usize, hi: usize) -> Digest {
-        let n = hi - lo;
-        if n.is_power_of_two() {
-            return self.block(lo, n);
-        }
-        let k = split_point(n);
-        chunk_node_hash::<H>(&self.block(lo, k), &self.node_hash::<H>(lo + k, hi))
-    }
-
-    /// Lays the levels out for `span` leaves, keeping the blocks wholly below `clean`, and
-    /// returns the new clean prefix (0 if nothing could be kept).
-    fn relayout(&mut self, span: usize, clean: usize) -> usize {
-        let slots = span.saturating_sub(1);
-        let clean = if clean < 2 || self.span < 2 || span < 2 {
-            self.levels.clear();
-            self.levels.resize(slots, Digest::default());
-            0
-        } else {
-            let mut levels = vec![Digest::default(); slots];
-            let mut j = 0;
-            loop {
-                let keep = (clean >> (j + 1)).min(span >> (j + 1)).min(self.span >> (j + 1));
-                if keep == 0 {
-                    break;
-                }
-                let (from, to) = (level_offset(self.span, j), level_offset(span, j));
-                levels[to..to + keep].copy_from_slice(&self.levels[from..from + keep]);
-                j += 1;
-            }
-            self.levels = levels;
-            clean
-        };
-        self.span = span;
-        clean
-    }
-
-    /// Recomputes what edits invalidated and returns the chunk hash.
-    pub(crate) fn rehash<H: Hasher>(&mut self) -> Digest {
-        if let Some(h) = self.hash {
-            return h;
-        }
-        let n = self.len();
-        let mut cp = self.clean_prefix.min(n);
-        for i in cp..n {
-            if self.entries[i].leaf.is_none() {
-                self.entries[i].leaf =
-                    Some(leaf_hash_of::<H>(Key::in_tree(self.key(i)), self.value(i)));
-            }
-        }
-        let mut touched = std::mem::take(&mut self.touched);
-        touched.retain(|&t| (t as usize) < cp);
-        touched.sort_unstable();
-        touched.dedup();
-        for &t in &touched {
-            let t = t as usize;
-            self.entries[t].leaf =
-                Some(leaf_hash_of::<H>(Key::in_tree(self.key(t)), self.value(t)));
-        }
-        let span = if n >= 2 { n.next_power_of_two() } else { 0 };
-        if span != self.span {
-            cp = self.relayout(span, cp);
-        }
-        let mut j = 0;
-        loop {
-            let count = n >> (j + 1);
-            if count == 0 {
-                break;
-            }
-            let off = level_offset(span, j);
-            let keep = count.min(cp >> (j + 1));
-            let half = 1usize << j;
-            for b in keep..count {
-                let lo = b << (j + 1);
-                self.levels[off + b] =
-                    chunk_node_hash::<H>(&self.block(lo, half), &self.block(lo + half, half));
-            }
-            let mut last = usize::MAX;
-            for &t in &touched {
-                let b = (t as usize) >> (j + 1);
-                if b < keep && b != last {
-                    let lo = b << (j + 1);
-                    self.levels[off + b] =
-                        chunk_node_hash::<H>(&self.block(lo, half), &self.block(lo + half, half));
-                    last = b;
-                }
-            }
-            j += 1;
-        }
-        touched.clear();
-        self.touched = touched;
-        self.clean_prefix = n;
-        let h = chunk_hash::<H>(n as u32, &self.node_hash::<H>(0, n));
-        self.hash = Some(h);
-        h
-    }
-
     /// Heap bytes held by this chunk (its buffers and itself), for cache budgets.
     pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of::<Chunk>()
@@ -510,102 +404,5 @@ impl Chunk {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::hash::Sha256;
-
-    /// Reference: the RFC 6962 tree hash computed from scratch.
-    fn reference(leaves: &[Digest]) -> Digest {
-        if leaves.len() == 1 {
-            return leaves[0];
-        }
-        let k = split_point(leaves.len());
-        chunk_node_hash::<Sha256>(&reference(&leaves[..k]), &reference(&leaves[k..]))
-    }
-
-    fn fresh_root(c: &Chunk) -> Digest {
-        let leaves: Vec<_> = (0..c.len())
-            .map(|i| leaf_hash_of::<Sha256>(Key::in_tree(c.key(i)), c.value(i)))
-            .collect();
-        chunk_hash::<Sha256>(c.len() as u32, &reference(&leaves))
-    }
-
-    #[test]
-    fn incremental_rehash_equals_reference_under_random_edits() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-        let mut c = Chunk::new();
-        c.insert_at(0, b"m", b"0");
-        for step in 0..3000 {
-            let n = c.len();
-            let op = rng.gen_range(0..3);
-            if op == 0 || n < 2 {
-                let k: [u8; 4] = rng.gen();
-                if let Err(i) = c.search(&k) {
-                    c.insert_at(i, &k, &k);
-                }
-            } else if op == 1 {
-                let i = rng.gen_range(0..n);
-                c.set_value(i, &[step as u8; 3][..(step % 4) as usize]);
-            } else if n > 1 {
-                c.remove_at(rng.gen_range(0..n));
-            }
-            if rng.gen_bool(0.3) {
-                assert_eq!(c.rehash::<Sha256>(), fresh_root(&c), "step {step}");
-            }
-            if c.len() > 70 {
-                c.remove_at(0);
-            }
-        }
-        assert_eq!(c.rehash::<Sha256>(), fresh_root(&c));
-        c.check::<Sha256>().unwrap();
-    }
-
-    #[test]
-    fn search_finds_keys_and_gaps() {
-        let mut c = Chunk::new();
-        for (i, k) in [b"b", b"d", b"f"].iter().enumerate() {
-            c.insert_at(i, *k, b"");
-        }
-        assert_eq!(c.search(b"d"), Ok(1));
-        assert_eq!(c.search(b"a"), Err(0));
-        assert_eq!(c.search(b"e"), Err(2));
-        assert_eq!(c.search(b"z"), Err(3));
-    }
-
-    #[test]
-    fn size_classes_bound_the_waste() {
-        let mut prev = 0;
-        for bytes in 1..70_000 {
-            let c = size_class(bytes);
-            assert!(c >= bytes && c >= prev, "{bytes} -> {c}");
-            assert!(c <= bytes + bytes / 4 + 8, "{bytes} -> {c}: over 25% waste");
-            prev = c;
-        }
-        // Few distinct sizes: four per power of two above 64 bytes.
-        let classes: std::collections::BTreeSet<_> = (1025..=2048).map(size_class).collect();
-        assert_eq!(classes.len(), 4);
-    }
-
-    #[test]
-    fn a_copy_is_equal_and_has_room_for_an_insert() {
-        let mut c = Chunk::new();
-        for i in 0..50u32 {
-            c.insert_at(i as usize, &i.to_be_bytes(), &[i as u8; 100]);
-        }
-        let root = c.rehash::<Sha256>();
-        // Mid-edit state (stale hashes, touched leaves) must be copied too.
-        c.set_value(3, b"x");
-        let mut d = c.clone();
-        assert_eq!(d.rehash::<Sha256>(), c.rehash::<Sha256>());
-        assert_ne!(d.rehash::<Sha256>(), root);
-        for i in 0..c.len() {
-            assert_eq!((c.key(i), c.value(i)), (d.key(i), d.value(i)));
-        }
-        let caps = (d.kbuf.as_ptr(), d.vbuf.as_ptr(), d.entries.as_ptr());
-        d.insert_at(10, b"\0\0\0\x09x", &[7; 100]);
-        assert_eq!(caps, (d.kbuf.as_ptr(), d.vbuf.as_ptr(), d.entries.as_ptr()), "reallocated");
-        assert_eq!(d.rehash::<Sha256>(), fresh_root(&d));
-        d.check::<Sha256>().unwrap();
-    }
-}
+#[path = "chunk_tests.rs"]
+mod tests;

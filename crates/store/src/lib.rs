@@ -57,6 +57,7 @@ mod create;
 mod durable;
 mod error;
 mod job;
+mod listing;
 mod memory;
 pub mod meta;
 mod open;

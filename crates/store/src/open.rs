@@ -4,17 +4,19 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use bavl_core::{Digest, Snapshot, Tree, DEFAULT_CAPACITY};
+use bavl_core::{Digest, Snapshot, Tree};
 
 use crate::backend::{Backend, WriteFile};
 use crate::blame::{check_capacity, check_head, gap, two_histories};
 use crate::check::{problem, Problem};
-use crate::durable::{self, ChunkFiles, ChunkKeep};
+use crate::durable::{self, ChunkKeep};
 use crate::error::{IoContext, StoreError};
-use crate::meta::{self, classify, is_own_temporary, wal_name, FileKind, Meta};
+use crate::meta::{self, wal_name, Meta};
 use crate::paging::Pager;
 use crate::wal::{self, Next, SegmentReader};
 use crate::{checkpoint, reopen, Options};
+
+pub(crate) use crate::listing::{list, meta_for, Listing};
 
 /// What opening the store found and did.
 #[derive(Debug, Clone, Default)]
@@ -56,108 +58,8 @@ pub(crate) struct Opened {
     pub chunk_keep: ChunkKeep,
 }
 
-/// The store's files, sorted by kind.
-pub(crate) struct Listing {
-    pub names: Vec<String>,
-    /// The versions of the checkpoints: full ones and skeletons (`skeletons`).
-    pub checkpoints: Vec<u64>,
-    pub skeletons: std::collections::BTreeSet<u64>,
-    /// Chunk files (of a paged store's checkpoints) and their lengths.
-    pub chunk_files: ChunkFiles,
-    pub segments: Vec<u64>,
-    pub temporary: Vec<String>,
-    pub unknown: Vec<String>,
-}
-
-pub(crate) fn list(backend: &dyn Backend) -> Result<Listing, StoreError> {
-    let names = backend.list().ctx(|| format!("listing {}", backend.describe()))?;
-    let mut l = Listing {
-        checkpoints: Vec::new(),
-        skeletons: Default::default(),
-        chunk_files: Default::default(),
-        segments: Vec::new(),
-        temporary: Vec::new(),
-        unknown: Vec::new(),
-        names: Vec::new(),
-    };
-    for name in &names {
-        match classify(name) {
-            FileKind::Checkpoint(v) => l.checkpoints.push(v),
-            FileKind::Skeleton(v) => {
-                l.checkpoints.push(v);
-                l.skeletons.insert(v);
-            }
-            FileKind::Chunks(id) => {
-                let len = backend.file_len(name).ctx(|| format!("reading {name}"))?;
-                l.chunk_files.insert(id, len);
-            }
-            FileKind::Wal(v) => l.segments.push(v),
-            FileKind::Temporary if is_own_temporary(name) => l.temporary.push(name.clone()),
-            FileKind::Temporary => l.unknown.push(name.clone()),
-            FileKind::Unknown => l.unknown.push(name.clone()),
-            FileKind::Meta | FileKind::Head => {}
-        }
-    }
-    l.checkpoints.sort_unstable();
-    l.checkpoints.dedup();
-    l.segments.sort_unstable();
-    l.names = names;
-    Ok(l)
-}
-
-impl Listing {
-    /// The file of the checkpoint of version `v`: a skeleton or a full checkpoint.
-    pub fn state_name(&self, v: u64) -> String {
-        match self.skeletons.contains(&v) {
-            true => meta::skeleton_name(v),
-            false => meta::checkpoint_name(v),
-        }
-    }
-}
-
-/// Reads or creates the metadata; checks it against the options.
-pub(crate) fn meta_for(
-    backend: &dyn Backend,
-    l: &Listing,
-    opts: &Options,
-) -> Result<Meta, StoreError> {
-    if !l.names.iter().any(|n| n == meta::META_FILE) {
-        if !l.checkpoints.is_empty() || !l.segments.is_empty() {
-            return Err(StoreError::corrupted(meta::META_FILE, 0, "missing, but data files exist"));
-        }
-        // Only an empty directory becomes a store: nothing of another program's is
-        // created, deleted or overwritten (left-over temporaries of an interrupted
-        // creation of this store are the store's own).
-        if !l.unknown.is_empty() || l.names.iter().any(|n| classify(n) == FileKind::Head) {
-            let mut theirs: Vec<&str> = l.unknown.iter().map(String::as_str).collect();
-            theirs.sort_unstable();
-            let shown = theirs.iter().take(3).copied().collect::<Vec<_>>().join(", ");
-            return Err(StoreError::InvalidOption(format!(
-                "{} is neither empty nor a bavl store (it holds {shown}{}): refusing to \
-                 create a store there",
-                backend.describe(),
-                if theirs.len() > 3 { ", ..." } else { "" }
-            )));
-        }
-        let meta = Meta { capacity: opts.capacity.unwrap_or(DEFAULT_CAPACITY) };
-        Tree::with_capacity(meta.capacity)?;
-        meta::write_meta(backend, meta)?;
-        return Ok(meta);
-    }
-    let meta = meta::read_meta(backend)?;
-    if let Some(c) = opts.capacity {
-        if c != meta.capacity {
-            return Err(StoreError::InvalidOption(format!(
-                "the store has chunk capacity {}, not {c}",
-                meta.capacity
-            )));
-        }
-    }
-    Ok(meta)
-}
-
-/// Loads the newest checkpoint (or the one before it, when its log still reaches the
-/// newest and so rebuilds older retained versions too) and replays the log. With
+/// Loads the newest checkpoint (or, unpaged, the one before it, when its log still reaches
+/// the newest and so rebuilds older retained versions too) and replays the log. With
 /// `read_only`, nothing is changed on disk (for `bavl check`) and no log file is opened
 /// for writing.
 pub(crate) fn recover(
