@@ -154,9 +154,10 @@ pub fn open_with(
         // A budget that evicts gets the paged checkpoint policy (a short log); the loader
         // of --preload and bavl-paged-cached, which evict nothing, keep the in-memory
         // store's, so that the cached run differs from `bavl` by the paged code path alone.
-        let opts = match bytes < CACHED_BUDGET_BYTES {
-            true => Options::paged(bytes),
-            false => Options { cache_bytes: Some(bytes), ..Options::default() },
+        let opts = if bytes < CACHED_BUDGET_BYTES {
+            Options::paged(bytes)
+        } else {
+            Options { cache_bytes: Some(bytes), ..Options::default() }
         };
         Ok(Box::new(Bavl::open_with(dir, opts)?))
     };

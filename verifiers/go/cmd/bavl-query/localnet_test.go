@@ -97,16 +97,17 @@ func waitHeight(t *testing.T, addr string, h int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	c2 := ctx(t)
 	for {
-		s, err := c.Status(ctx(t))
+		s, err := c.Status(c2)
 		if err == nil && s.SyncInfo.LatestBlockHeight >= h {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-c2.Done():
 			t.Fatalf("%s has not committed block %d after a minute (last error: %v)", addr, h, err)
+		case <-time.After(100 * time.Millisecond):
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
