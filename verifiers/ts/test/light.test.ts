@@ -117,3 +117,38 @@ test("the light client refuses a trust hash its header does not have", async () 
   bad[0]! ^= 1;
   await assert.rejects(LightClient.start({ ...o, trustHash: bad }), (e: unknown) => e instanceof LightError && e.kind === "TrustRoot");
 });
+
+/** A node serving the fixture; `behind` answers how far its chain reaches at each call. */
+function node(reach: () => bigint) {
+  const h = BigInt(fx["commit_h"]["signed_header"]["header"]["height"]);
+  return async (url: string) => {
+    const at = BigInt(/height=(\d+)/.exec(url)?.[1] ?? "0");
+    const top = reach();
+    let body: J;
+    if (url.includes("/status")) body = { result: { sync_info: { latest_block_height: String(top) } } };
+    else if (at > top) body = { error: { code: -32603, message: "Internal error", data: `height ${at} must be less than or equal to the current blockchain height ${top}` } };
+    else if (url.includes("/commit")) body = { result: at === 1n ? fx["commit_1"] : at === h ? fx["commit_h"] : {} };
+    else body = { result: at === 2n ? fx["validators_2"] : fx["validators_h"] };
+    return { ok: true, status: 200, json: async () => body };
+  };
+}
+
+test("a witness a block behind the primary is waited for; one that stays behind is a Node failure", async () => {
+  const h = BigInt(fx["commit_h"]["signed_header"]["header"]["height"]);
+  const t = parseTime(fx["commit_h"]["signed_header"]["header"]["time"]);
+  const o = {
+    primary: new Rpc("http://primary", node(() => h)),
+    trustHeight: 1n,
+    trustHash: Buffer.from(fx["commit_1"]["signed_header"]["commit"]["block_id"]["hash"], "hex"),
+    trustPeriodMs: 1e12,
+    now: () => Number(t.seconds) * 1000 + 5_000,
+  };
+  let calls = 0; // the witness reaches h on its fourth answer
+  const catching = new Rpc("http://witness", node(() => (++calls > 3 ? h : h - 1n)));
+  const c = await LightClient.start({ ...o, witnesses: [catching], maxBlockLagMs: 5_000 });
+  assert.equal((await c.verify(h)).height, h);
+  assert.ok(calls > 3, "the witness was asked again");
+  const stuck = new Rpc("http://stuck", node(() => h - 1n));
+  const s = await LightClient.start({ ...o, witnesses: [stuck], maxBlockLagMs: 300 });
+  await assert.rejects(s.verify(h), (e: unknown) => e instanceof LightError && e.kind === "Node" && /still behind/.test(e.message));
+});

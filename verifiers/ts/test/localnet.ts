@@ -35,6 +35,21 @@ async function write(key: Uint8Array, value: Uint8Array): Promise<void> {
   const r = await result(`${rpc[0]}/broadcast_tx_commit?tx=0x${hex(tx)}`);
   assert.equal(r["check_tx"]["code"], 0);
   assert.equal(r["tx_result"]["code"] ?? 0, 0);
+  // The primary may not hold that block yet, and would answer (correctly, verified) from the
+  // state before it: wait for the other nodes as the Go test does. A witness still lagging a
+  // block behind the primary's newest is the light client's to wait for (maxBlockLagMs).
+  const height = BigInt(r["height"] as string);
+  for (const addr of rpc.slice(1)) await waitHeight(addr, height);
+}
+
+async function waitHeight(addr: string, height: bigint): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const s = await result(`${addr}/status`).catch(() => undefined);
+    if (s !== undefined && BigInt(s["sync_info"]["latest_block_height"] as string) >= height) return;
+    assert.ok(Date.now() < deadline, `${addr} has not committed block ${height} after a minute`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 const fresh = (p: string) => Buffer.from(p + randomBytes(8).toString("hex"));

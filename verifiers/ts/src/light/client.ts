@@ -9,6 +9,7 @@ import type { Header } from "./encode.js";
 import { headerHash, validatorsHash } from "./encode.js";
 import { LightError } from "./errors.js";
 import { toHex } from "./json.js";
+import type { SignedHeader } from "./json.js";
 import type { Rpc } from "./rpc.js";
 import type { Clock, LightBlock, Trusted } from "./verify.js";
 import { NotEnoughTrust, verifyStep } from "./verify.js";
@@ -20,6 +21,9 @@ export interface LightClientOptions {
   trustHash: Uint8Array;
   trustPeriodMs: number;
   maxClockDriftMs?: number;
+  /** How long a witness behind the primary is waited for before it counts as down
+   * (default 10 s, CometBFT's maxBlockLag): a witness may not hold the primary's newest block yet. */
+  maxBlockLagMs?: number;
   now?: () => number;
 }
 
@@ -64,12 +68,33 @@ export class LightClient {
     const header = await this.verifyFrom(this.root, height, 0);
     const hash = headerHash(header);
     for (const w of this.o.witnesses) {
-      const theirs = await w.signedHeader(height);
+      const theirs = await this.witnessHeader(w, height);
       if (!equalBytes(headerHash(theirs.header), hash)) {
         throw new LightError("Conflict", `witness ${w.url} holds another header ${height} (${toHex(headerHash(theirs.header))}) than the primary (${toHex(hash)})`);
       }
     }
     return header;
+  }
+
+  /** The witness's header `height`, waiting (up to maxBlockLagMs, wall clock) while the
+   * witness says its latest block is below it. Any other failure is the witness's. */
+  private async witnessHeader(w: Rpc, height: bigint): Promise<SignedHeader> {
+    const lag = this.o.maxBlockLagMs ?? 10_000;
+    const deadline = Date.now() + lag;
+    let holdsIt = false; // the witness said it holds `height`: one more try, then its failure stands
+    for (;;) {
+      try {
+        return await w.signedHeader(height);
+      } catch (e) {
+        if (!(e instanceof LightError) || e.kind !== "Node" || holdsIt) throw e;
+        const latest = await w.latestHeight();
+        holdsIt = latest >= height;
+        if (!holdsIt && Date.now() >= deadline) {
+          throw new LightError("Node", `witness ${w.url} is at height ${latest}, still behind header ${height} after ${lag} ms`);
+        }
+      }
+      if (!holdsIt) await new Promise((r) => setTimeout(r, 100));
+    }
   }
 
   private async verifyFrom(trusted: Trusted, height: bigint, depth: number): Promise<Header> {
