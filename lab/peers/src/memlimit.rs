@@ -334,7 +334,9 @@ pub fn run(a: CgroupArgs) -> Result<()> {
                 remove_dir(&pre_dir)?;
             }
         }
-        std::fs::remove_file(&stream_path).ok();
+        if !a.keep {
+            std::fs::remove_file(&stream_path).ok();
+        }
     }
     let png = png_path(&out);
     match memplot::plot(&png, &runs, limit) {
