@@ -11,8 +11,11 @@ use rand_chacha::ChaCha8Rng;
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci as pb;
 
+/// A fresh home for the node `name`: under cargo's directory for integration tests'
+/// files (`target/tmp`), emptied first, so every run reuses the same directories instead of
+/// leaving one set per process in the system's temporary directory.
 pub fn temp_home(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bavl-abci-{name}-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("bavl-abci-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
