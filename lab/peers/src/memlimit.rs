@@ -32,9 +32,10 @@ pub struct CgroupArgs {
     #[arg(long, value_delimiter = ',')]
     keys: Option<Vec<u64>>,
     /// Stores, comma-separated, run in this order at each key count: the Rust stores of
-    /// `bavl-peers list`, and `bavl-purge`: bavl with mimalloc returning freed memory to the
-    /// OS after its default delay (MIMALLOC_PURGE_DELAY=10) instead of keeping it as the
-    /// `bavl` binary does (`bavl_alloc::keep_freed_memory`).
+    /// `bavl-peers list`, and `bavl-purge` and `bavl-paged-purge`: bavl and bavl-paged with
+    /// mimalloc returning freed memory to the OS after its default delay
+    /// (MIMALLOC_PURGE_DELAY=10) instead of keeping it as the `bavl` binary does
+    /// (`bavl_alloc::keep_freed_memory`).
     #[arg(long, value_delimiter = ',', default_value = "nomt,bavl,bavl-paged,bavl-paged-cached")]
     stores: Vec<String>,
     /// The memory limit of each store's group, e.g. 2GiB (default 2GiB; 1GiB with --quick:
@@ -165,6 +166,7 @@ pub fn nomt_cache_mib(limit: u64) -> usize {
 fn child_store(name: &str) -> (&str, Option<(&'static str, &'static str)>) {
     match name {
         "bavl-purge" => ("bavl", Some(("MIMALLOC_PURGE_DELAY", "10"))),
+        "bavl-paged-purge" => ("bavl-paged", Some(("MIMALLOC_PURGE_DELAY", "10"))),
         n => (n, None),
     }
 }
