@@ -3,6 +3,7 @@
 //! log and rolled back, and merges planned by the directory leader once ranges are small.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use bavl_cluster::client::{ClientError, ClientOptions};
@@ -35,15 +36,29 @@ async fn two_ranges(dir: &std::path::Path, n: u32) -> (SimCluster, RangeDesc, Ra
 /// outcome since.
 type Possible = BTreeMap<u32, Vec<Vec<u8>>>;
 
+/// Shared by the workers and the merge: rounds done, and whether the merge returned.
+#[derive(Default)]
+struct Progress {
+    rounds: AtomicU32,
+    done: AtomicBool,
+}
+
 /// One client owning the keys `i % 4 == id % 4`: writes and reads them in turn, each read
-/// checked against what the key may hold.
-async fn worker(cluster: &SimCluster, id: u64, n: u32, rounds: u32) -> (Possible, u32, u64) {
+/// checked against what the key may hold, until `done` is set and `after` rounds more.
+async fn worker(cluster: &SimCluster, id: u64, n: u32, sync: &Progress) -> (Possible, u32, u64) {
+    let after = 40;
     let opts = ClientOptions { max_attempts: 200, ..Default::default() };
     let mut client = cluster.client(id, opts);
     let mine: Vec<u32> = (0..n).filter(|i| u64::from(*i) % 4 == id % 4).collect();
     let mut possible: Possible = mine.iter().map(|i| (*i, vec![b"v0".to_vec()])).collect();
-    let mut checked = 0;
-    for r in 0..rounds {
+    let (mut checked, mut left) = (0, after);
+    for r in 0.. {
+        if sync.done.load(Ordering::SeqCst) {
+            if left == 0 {
+                break;
+            }
+            left -= 1;
+        }
         let k = mine[(r as usize * 7) % mine.len()];
         let v = format!("c{id}r{r}").into_bytes();
         match client.put(&key(k), &v).await {
@@ -59,6 +74,7 @@ async fn worker(cluster: &SimCluster, id: u64, n: u32, rounds: u32) -> (Possible
         let got = got.expect("every key was written");
         assert!(possible[&k].contains(&got), "client {id}: key {k} read {got:?}");
         checked += 1;
+        sync.rounds.fetch_add(1, Ordering::SeqCst);
     }
     (possible, checked, client.stats.stale)
 }
@@ -66,17 +82,24 @@ async fn worker(cluster: &SimCluster, id: u64, n: u32, rounds: u32) -> (Possible
 async fn merge_under_load() {
     let dir = tempfile::tempdir().unwrap();
     let (cluster, left, right) = two_ranges(dir.path(), 160).await;
+    let sync = Progress::default();
     let merge = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Once every client has routed a few requests by the epochs before the merge.
+        while sync.rounds.load(Ordering::SeqCst) < 40 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let (leader, _) = cluster.leader(right.id, Duration::from_secs(5)).await.unwrap();
-        leader.request_merge(&left, &right).await
+        let reply = leader.request_merge(&left, &right).await;
+        sync.done.store(true, Ordering::SeqCst);
+        reply
     };
+    // The workers run from 40 rounds before the merge until 40 rounds after it.
     let (reply, a, b, c, d) = tokio::join!(
         merge,
-        worker(&cluster, 1, 160, 120),
-        worker(&cluster, 2, 160, 120),
-        worker(&cluster, 3, 160, 120),
-        worker(&cluster, 4, 160, 120)
+        worker(&cluster, 1, 160, &sync),
+        worker(&cluster, 2, 160, &sync),
+        worker(&cluster, 3, 160, &sync),
+        worker(&cluster, 4, 160, &sync)
     );
     let ClientReply::Merged(merged) = reply else { panic!("not merged: {reply:?}") };
     assert_eq!((merged.id, &merged.start, &merged.end), (left.id, &left.start, &right.end));
@@ -84,7 +107,7 @@ async fn merge_under_load() {
     let checked = a.1 + b.1 + c.1 + d.1;
     let stale = a.2 + b.2 + c.2 + d.2;
     eprintln!("merged into {merged:?}; {checked} reads checked, {stale} stale answers");
-    // The clients ran across the merge: some requests met the frozen or merged epochs.
+    // The clients ran across the merge: requests routed by the old epochs met `Stale`.
     assert!(stale > 0, "no client request met the merge");
     cluster.converge(Duration::from_secs(20)).await.unwrap();
     let (ranges, problems) = cluster.ranges();
