@@ -140,3 +140,54 @@ fn killing_a_node_at_each_step_of_a_merge_loses_nothing() {
         runtime().block_on(scenario(kill));
     }
 }
+
+async fn refused_then_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions { split_keys: u64::MAX, ..SimOptions::new(10, dir.path()) };
+    let cluster = SimCluster::start(opts).await.unwrap();
+    let mut client = cluster.client(1, ClientOptions { max_attempts: 200, ..Default::default() });
+    let ops = (0..160).map(|i| BatchOp::Put(key(i), b"v0".to_vec())).collect();
+    client.batch(ops).await.unwrap();
+    let (left, right) = split(&cluster).await;
+    hold(&cluster, true);
+    // The left range splits after the merge was planned at its old version.
+    let (ll, lg) = cluster.leader(left.id, Duration::from_secs(5)).await.unwrap();
+    let k = lg.sm.shared.lock().unwrap().state.split_key().expect("several chunks");
+    let id = ll.alloc_group_id().await.unwrap();
+    let (l2, mid) = ll.propose_split(&lg, k, id).await.expect("split");
+    assert!(ll.report(vec![l2, mid]).await);
+    let (rl, rg) = cluster.leader(right.id, Duration::from_secs(5)).await.unwrap();
+    rl.prepare_merge_step(&rg, left.id, left.epoch.version).await.expect("prepared");
+    let (_, reply) = rl.commit_merge_step(&rg).await.expect("attested");
+    assert!(matches!(reply, ClientReply::MergeRefused(_)), "{reply:?}");
+    // Killed after the refusal, before proposing the rollback: the next leader of the
+    // frozen range asks again, gets the recorded refusal, and rolls back.
+    bounce(&cluster, rl.id).await;
+    hold(&cluster, false);
+    let start = tokio::time::Instant::now();
+    let now = loop {
+        let (ranges, problems) = cluster.ranges();
+        let r = ranges.iter().find(|d| d.id == right.id).cloned();
+        if let Some(r) = r.filter(|r| r.epoch.version == right.epoch.version + 2) {
+            assert!(problems.is_empty(), "{problems:?}");
+            assert_eq!(ranges.len(), 3, "{ranges:?}");
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "not rolled back: {ranges:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((now.start, now.end), (right.start.clone(), right.end.clone()));
+    client.put(&key(150), b"after").await.unwrap();
+    cluster.converge(Duration::from_secs(30)).await.unwrap();
+    let mut cold = cluster.client(2, ClientOptions { max_attempts: 100, ..Default::default() });
+    for i in 0..160 {
+        let want = if i == 150 { b"after".to_vec() } else { b"v0".to_vec() };
+        assert_eq!(cold.get(&key(i)).await.unwrap(), Some(want), "key {i}");
+    }
+    cluster.shutdown().await;
+}
+
+#[test]
+fn a_refused_merge_is_rolled_back_by_the_next_leader_after_a_kill() {
+    runtime().block_on(refused_then_killed());
+}
