@@ -73,7 +73,10 @@ impl Node {
         let candidates: Vec<OpenraftGroup> = self
             .groups()
             .into_iter()
-            .filter(|g| g.sm.desc().id != DIRECTORY_GROUP && g.leader() != Some(self.id))
+            .filter(|g| g.sm.desc().id != DIRECTORY_GROUP)
+            .filter(|g| {
+                g.leader() != Some(self.id) || g.sm.shared.lock().expect("ok").state.is_frozen()
+            })
             .collect();
         if candidates.is_empty() {
             return 0;
@@ -92,6 +95,20 @@ impl Node {
                 continue;
             }
             let local = group.sm.desc();
+            if crate::merge_driver::merged_away(&local, &descs) {
+                // Merged away (a missed `Retire`, or down during the whole merge): a newer
+                // descriptor of another group covers it (see `merge_driver`).
+                seen.insert(local.id);
+                if before.contains(&local.id) {
+                    match self.retire_replica(local.id).await {
+                        Ok(()) => deleted += 1,
+                        Err(e) => {
+                            eprintln!("node {}: cannot retire group {}: {e}", self.id, local.id)
+                        }
+                    }
+                }
+                continue;
+            }
             let Some(d) = descs.iter().find(|d| d.id == local.id) else { continue };
             if d.replicas.contains(&self.id) || d.learners.contains(&self.id) {
                 continue;

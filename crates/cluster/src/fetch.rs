@@ -55,6 +55,9 @@ pub struct Manifest {
     pub next_group_id: u64,
     /// The committed `Attest` entry naming `root` (none: a group's origin snapshot).
     pub attested: Option<typ::LogId>,
+    /// The range's merge state (see `merge`), small: carried whole.
+    #[serde(default, skip_serializing_if = "crate::merge::MergeState::is_empty")]
+    pub merge: crate::merge::MergeState,
 }
 
 impl Manifest {
@@ -66,6 +69,7 @@ impl Manifest {
             chunk_count: data.chunks.len() as u64,
             next_group_id: data.next_group_id,
             attested: data.attested,
+            merge: data.merge.clone(),
         }
     }
 }
@@ -308,6 +312,7 @@ impl Node {
                         chunks,
                         next_group_id: m.next_group_id,
                         attested: m.attested,
+                        merge: m.merge.clone(),
                     }),
                     None => Err(FetchError::NoSource(job.queue.len())),
                 }

@@ -13,6 +13,7 @@
 //! - [`node`], [`split`], [`read`]: a node hosting many groups, its leader duties, its reads;
 //! - [`moves`], [`cleanup`], [`rebalance`], [`plan`]: range moves by membership change,
 //!   removed replicas, the rebalancer and its plan;
+//! - [`merge`], [`merge_driver`], [`merge_plan`]: merges of small neighbouring ranges;
 //! - [`load`], [`liveness`]: ranges' size and load, load splits, node heartbeats and dead
 //!   nodes;
 //! - [`msg`], [`raftnet`], [`tcp`]: messages, openraft's network over them, TCP;
@@ -33,6 +34,9 @@ pub mod lincheck;
 pub mod liveness;
 pub mod load;
 pub mod log_store;
+pub mod merge;
+pub mod merge_driver;
+pub mod merge_plan;
 pub mod moves;
 pub mod msg;
 pub mod node;

@@ -35,11 +35,23 @@ pub struct LoadOptions {
     /// The directory leader treats a node not heard from for this many ticks as dead (its
     /// replicas are re-created elsewhere, like a draining node's).
     pub dead_ticks: u64,
+    /// The directory leader merges two neighbouring ranges when both hold at most this
+    /// many keys (and are cold, see `merge_load`) over [`crate::merge_plan::MERGE_ROUNDS`]
+    /// report rounds in a row (0: never, the default). See `merge_plan`.
+    pub merge_keys: u64,
+    /// A range counts as cold for a merge below this many operations per second.
+    pub merge_load: u64,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { split_load: u64::MAX, window_ticks: 10, dead_ticks: 15 }
+        LoadOptions {
+            split_load: u64::MAX,
+            window_ticks: 10,
+            dead_ticks: 15,
+            merge_keys: 0,
+            merge_load: 1,
+        }
     }
 }
 

@@ -257,7 +257,7 @@ impl Node {
                     Err(e) => ClientReply::Unknown(format!("the move task ended: {e}")),
                 }
             }
-            _ => ClientReply::Refused("not an administration operation".into()),
+            op => self.handle_merge_op(g, op).await,
         }
     }
 

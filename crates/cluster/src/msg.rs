@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::fetch::{FetchRequest, Manifest};
 use crate::load::RangeStats;
 use crate::types::{
-    typ, BatchOp, ChunkBytes, Epoch, GroupId, NodeId, NodeInfo, RangeDesc, TypeConfig,
+    typ, BatchOp, ChunkBytes, Epoch, GroupId, NodeId, NodeInfo, RangeDesc, SnapshotData, TypeConfig,
 };
 
 /// A Raft message for one group.
@@ -104,6 +104,25 @@ pub enum ClientOp {
     },
     /// To any replica: what it holds (no read barrier: for status displays).
     Info,
+    /// To the right range's leader: merge this range into its left neighbour `target`, at
+    /// the target's version `target_version` (see `merge`); answered `Merged` with the
+    /// target's descriptor after it, or `MergeRefused` when the target's log refused it
+    /// (the range was then rolled back).
+    Merge {
+        target: GroupId,
+        target_version: u64,
+    },
+    /// To the left range's leader: step 2 of a merge, `CommitMerge` in its log; answered
+    /// `Merged` or `MergeRefused` (the decision, recorded in its log).
+    CommitMerge {
+        target_version: u64,
+        source: Box<SnapshotData>,
+    },
+    /// To a replica of a merged-away range: delete it, since `merged` (a newer descriptor
+    /// of the target) covers it. Refused unless the replica is frozen and covered.
+    Retire {
+        merged: RangeDesc,
+    },
 }
 
 impl ClientOp {
@@ -121,7 +140,15 @@ impl ClientOp {
 
     /// Whether the operation is a replica-administration one (not fenced by keys).
     pub fn is_admin(&self) -> bool {
-        matches!(self, ClientOp::Move { .. } | ClientOp::Tombstone { .. } | ClientOp::Info)
+        matches!(
+            self,
+            ClientOp::Move { .. }
+                | ClientOp::Tombstone { .. }
+                | ClientOp::Info
+                | ClientOp::Merge { .. }
+                | ClientOp::CommitMerge { .. }
+                | ClientOp::Retire { .. }
+        )
     }
 }
 
@@ -180,6 +207,10 @@ pub enum ClientReply {
     Info(ReplicaInfo),
     /// A move finished: the range's descriptor after it.
     Moved(RangeDesc),
+    /// A merge was committed in the target's log: the target's descriptor after it.
+    Merged(RangeDesc),
+    /// The target's log refused the merge (for good).
+    MergeRefused(String),
     /// The request may or may not have taken effect.
     Unknown(String),
     /// Refused for good (bad input).

@@ -97,6 +97,11 @@ pub struct Node {
     pub(crate) view: Mutex<crate::liveness::DirView>,
     /// Held while a group is being started (see [`Node::start_group`]).
     starting: tokio::sync::Mutex<()>,
+    /// Frozen groups this node is finishing a merge of (it leads them); see `merge_driver`.
+    pub(crate) merging: Mutex<HashSet<GroupId>>,
+    /// The merge planner's candidate pair and the plans in a row it was seen in, and
+    /// whether a planned merge is under way (see `merge_plan`).
+    pub(crate) merge_plan: Mutex<crate::merge_plan::PlanState>,
 }
 
 impl Node {
@@ -126,6 +131,8 @@ impl Node {
             load: Mutex::new(load),
             view: Mutex::default(),
             starting: tokio::sync::Mutex::new(()),
+            merging: Mutex::default(),
+            merge_plan: Mutex::default(),
         });
         let mut ids = Vec::new();
         for entry in std::fs::read_dir(&node.opts.dir)? {
@@ -294,6 +301,10 @@ impl Node {
         if self.group(g).is_none() && g != DIRECTORY_GROUP && !matches!(rpc, RaftRpc::Vote(_)) {
             // A replica that missed its group's creation (it installed the parent's snapshot
             // past the split, or was down): start it empty; the leader will send a snapshot.
+            // Never a group merged away here (see `merge_driver`).
+            if let Some(refused) = crate::merge_driver::refuse_retired(&self.opts.dir, self.id, g) {
+                return refused;
+            }
             if let Err(e) = self.start_group(g, true).await {
                 return RaftReply::Refused(format!(
                     "node {} cannot create group {g}: {e}",
@@ -352,12 +363,16 @@ impl Node {
         if req.group == DIRECTORY_GROUP {
             return directory_op(&group, req.op).await;
         }
-        let desc = group.sm.desc();
+        let (desc, frozen) = {
+            let s = group.sm.shared.lock().expect("not poisoned");
+            (s.state.desc.clone(), s.state.is_frozen())
+        };
         let fenced = |d: &RangeDesc| match &req.op {
             ClientOp::Batch(ops) => ops.iter().all(|o| d.contains(o.key())),
             op => op.key().is_some_and(|k| d.contains(k)),
         };
-        if req.epoch.version != desc.epoch.version || !fenced(&desc) {
+        if frozen || req.epoch.version != desc.epoch.version || !fenced(&desc) {
+            // A range frozen for a merge serves nothing (see `merge`).
             return ClientReply::Stale(desc);
         }
         let key = req.op.key().map(<[u8]>::to_vec).unwrap_or_default();
@@ -423,7 +438,9 @@ async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {
 
 pub(crate) fn answer(r: Result<Response, ProposeError>) -> ClientReply {
     match r {
-        Ok(Response::Done) | Ok(Response::Split { .. }) => ClientReply::Done,
+        Ok(Response::Done) | Ok(Response::Split { .. }) | Ok(Response::Merge(_)) => {
+            ClientReply::Done
+        }
         Ok(Response::Stale(d)) => ClientReply::Stale(d),
         Ok(Response::Refused(e)) => ClientReply::Refused(e),
         Ok(Response::GroupId(g)) => ClientReply::GroupId(g),

@@ -43,6 +43,8 @@ pub struct RangeState {
     pub tree: Tree,
     /// The directory's id counter (unused by range groups).
     pub next_group_id: u64,
+    /// Range groups: frozen for a merge, and the merges this range decided (see `merge`).
+    pub merge: crate::merge::MergeState,
 }
 
 /// A group created by a split: its descriptor and initial tree.
@@ -66,7 +68,7 @@ impl RangeState {
     /// An empty range; `capacity` must lie in bavl's bounds.
     pub fn new(desc: RangeDesc, capacity: u32) -> Result<Self, bavl_core::InputError> {
         let tree = Tree::with_capacity(capacity)?;
-        Ok(RangeState { desc, tree, next_group_id: 1 })
+        Ok(RangeState { desc, tree, next_group_id: 1, merge: Default::default() })
     }
 
     pub fn is_directory(&self) -> bool {
@@ -90,6 +92,22 @@ impl RangeState {
             }
             Command::AllocGroupId | Command::AddNode { .. } | Command::Drain { .. } => {
                 (Response::Refused("directory command sent to a range".into()), None)
+            }
+            Command::PrepareMerge { epoch, target, target_version } => {
+                (self.prepare_merge(*epoch, *target, *target_version), None)
+            }
+            Command::CommitMerge { target_version, source } => {
+                (self.commit_merge(*target_version, source), None)
+            }
+            Command::RollbackMerge { epoch } => (self.rollback_merge(*epoch), None),
+            // A range frozen for a merge takes no write and no split (see `merge`).
+            Command::Put { .. }
+            | Command::Delete { .. }
+            | Command::Batch { .. }
+            | Command::Split { .. }
+                if self.merge.frozen.is_some() =>
+            {
+                (Response::Stale(self.desc.clone()), None)
             }
             Command::Put { epoch, key, .. }
             | Command::Delete { epoch, key }
@@ -170,7 +188,12 @@ impl RangeState {
             replicas: self.desc.replicas.clone(),
             learners: Default::default(),
         };
-        let child = RangeState { desc: right.clone(), tree: right_tree, next_group_id: 0 };
+        let child = RangeState {
+            desc: right.clone(),
+            tree: right_tree,
+            next_group_id: 0,
+            merge: Default::default(),
+        };
         let data = child.export();
         (
             Response::Split { left: self.desc.clone(), right: right.clone() },
@@ -189,6 +212,23 @@ impl RangeState {
             let held = held.and_then(|v| serde_json::from_slice::<RangeDesc>(v).ok());
             if held.as_ref().is_some_and(|h| h.id == d.id && !d.epoch.is_newer_than(&h.epoch)) {
                 continue;
+            }
+            // Versions grow along every key's history (a split's halves and a merge's result
+            // are newer than what they replace): an overlapping descriptor of another group
+            // at a higher version supersedes `d` (a late report of a merged-away range).
+            let all = self.descriptors();
+            if all
+                .iter()
+                .any(|h| h.id != d.id && overlap(h, d) && h.epoch.version > d.epoch.version)
+            {
+                continue;
+            }
+            // And `d` supersedes the older descriptors it covers beyond its own start key
+            // (the right range of a merge).
+            for h in all.iter().filter(|h| h.id != d.id && h.start > d.start && overlap(h, d)) {
+                if h.epoch.version < d.epoch.version {
+                    self.tree.remove(&dir_key(&h.start));
+                }
             }
             let value = serde_json::to_vec(d).expect("descriptors serialize");
             self.tree.insert(&key, &value).expect("descriptor fits");
@@ -235,6 +275,7 @@ impl RangeState {
             chunks,
             next_group_id: self.next_group_id,
             attested: None,
+            merge: self.merge.clone(),
         }
     }
 
@@ -254,7 +295,8 @@ impl RangeState {
         if tree.root_hash() != root {
             return Err(ChunkError::EmptyMismatch);
         }
-        Ok(RangeState { desc, tree, next_group_id: data.next_group_id })
+        let merge = data.merge.clone();
+        Ok(RangeState { desc, tree, next_group_id: data.next_group_id, merge })
     }
 
     /// A split key at a chunk boundary near the middle of the tree, if the tree has at
@@ -271,6 +313,12 @@ impl RangeState {
         let key = chunk.entries().next()?.0.to_vec();
         self.desc.can_split_at(&key).then_some(key)
     }
+}
+
+/// Whether two descriptors' key ranges intersect.
+pub fn overlap(a: &RangeDesc, b: &RangeDesc) -> bool {
+    let below = |x: &RangeDesc, y: &RangeDesc| !x.end.is_empty() && x.end <= y.start;
+    !below(a, b) && !below(b, a)
 }
 
 pub(crate) fn dir_key(start: &[u8]) -> Vec<u8> {

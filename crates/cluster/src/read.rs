@@ -24,7 +24,8 @@ pub(crate) async fn read(
     }
     let mut s = group.sm.shared.lock().expect("not poisoned");
     let desc = s.state.desc.clone();
-    if desc.epoch.version != version || !op.key().is_some_and(|k| desc.contains(k)) {
+    let frozen = s.state.is_frozen();
+    if frozen || desc.epoch.version != version || !op.key().is_some_and(|k| desc.contains(k)) {
         return ClientReply::Stale(desc);
     }
     let index = s.last_applied.map_or(0, |l| l.index);

@@ -114,6 +114,10 @@ pub struct SimReport {
     pub fetches: u64,
     pub fetches_multi_source: u64,
     pub fetches_failed: u64,
+    /// Merges committed and refused, as recorded in the live target ranges' states (a
+    /// lower bound: a target merged away itself takes its record with it).
+    pub merges: u64,
+    pub merges_refused: u64,
 }
 
 /// Runs one simulation to completion in its own virtual-time runtime.
@@ -215,6 +219,20 @@ async fn simulate(opts: SimOptions) -> SimReport {
     r.unknown = r.history.iter().filter(|o| o.ret.is_none()).count() as u64;
     r.stats = stats;
     r.messages = net.messages.load(std::sync::atomic::Ordering::Relaxed);
+    let mut decided = std::collections::BTreeMap::new();
+    for node in net.live() {
+        for g in node.groups() {
+            let d = g.sm.shared.lock().expect("not poisoned").state.merge.decided.clone();
+            let e = decided.entry(g.sm.desc().id).or_insert_with(Vec::new);
+            if d.len() > e.len() {
+                *e = d;
+            }
+        }
+    }
+    for d in decided.values().flatten() {
+        r.merges += u64::from(d.committed);
+        r.merges_refused += u64::from(!d.committed);
+    }
     for node in net.live() {
         for f in node.fetch_log() {
             r.fetches += u64::from(f.ok);

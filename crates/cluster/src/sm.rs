@@ -48,6 +48,7 @@ impl Shared {
             next_group_id: self.state.next_group_id,
             tree: self.state.tree.snapshot(),
             attested,
+            merge: self.state.merge.clone(),
         }
     }
 }
@@ -296,6 +297,8 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
         for entry in entries {
             let mut s = self.shared.lock().expect("not poisoned");
             s.last_applied = Some(entry.log_id);
+            // A merge's frozen state is sealed at the `PrepareMerge` index, for `Attest`.
+            let mut seal = self.seal_every().is_some_and(|n| entry.log_id.index % n == 0);
             let resp = match entry.payload {
                 EntryPayload::Blank => {
                     drop(s);
@@ -316,6 +319,9 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
                 EntryPayload::Normal(cmd) => {
                     let (resp, child) = s.state.apply(&cmd);
                     drop(s);
+                    let frozen = matches!(cmd, Command::PrepareMerge { .. });
+                    seal |=
+                        frozen && self.seal_every().is_some() && matches!(resp, Response::Merge(_));
                     if let Some(child) = child {
                         self.create_child(&child).map_err(|e| sm_err(ErrorVerb::Write, e))?;
                         let _ = self.children.send(child.desc.id);
@@ -324,7 +330,7 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
                 }
             };
             // Every arm released the lock.
-            if self.seal_every().is_some_and(|n| entry.log_id.index % n == 0) {
+            if seal {
                 let mut s = self.shared.lock().expect("not poisoned");
                 let v = s.version(None);
                 s.versions.seal(v);

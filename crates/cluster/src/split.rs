@@ -39,6 +39,16 @@ impl Node {
             if self.roll_back_learners(&group, &desc).await {
                 continue;
             }
+            if group.sm.shared.lock().expect("not poisoned").state.is_frozen() {
+                // A merge to finish (after a crash of its driver, or under way).
+                if !self.merges_held() {
+                    self.spawn_finish_merge(&group);
+                }
+                if report {
+                    self.report(vec![desc]).await;
+                }
+                continue;
+            }
             let moving = self.moving.lock().expect("not poisoned").contains(&desc.id);
             let key = if moving { None } else { self.split_key(&group, split_keys) };
             if let Some(key) = key {
@@ -52,6 +62,7 @@ impl Node {
             self.learn_addresses();
             self.collect_garbage().await;
             self.maybe_rebalance();
+            self.maybe_merge();
         }
     }
 

@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::merge::MergeState;
+
 /// A node (one process hosting replicas of many groups).
 pub type NodeId = u64;
 /// A replicated group (one key range, or the directory).
@@ -126,6 +128,18 @@ pub enum Command {
         #[serde(with = "hex::serde")]
         root: Vec<u8>,
     },
+    /// Merge step 1, in the right range's log (see `merge`): freeze the range (every later
+    /// write and read refused, `Stale`), bump its `version`, and name the left neighbour
+    /// `target` that is to absorb it at the target's version `target_version`.
+    PrepareMerge { epoch: Epoch, target: GroupId, target_version: u64 },
+    /// Merge step 2, in the left range's log: absorb `source` (the right range's frozen
+    /// state as chunks under the root its log attested, its descriptor in `source.desc`)
+    /// if this range is still at `target_version` and ends where the source starts;
+    /// otherwise refuse for good (the refusal is recorded: the source may roll back).
+    CommitMerge { target_version: u64, source: Box<SnapshotData> },
+    /// Merge undone, in the right range's log, once the left range's log refused the
+    /// merge: the range is unfrozen at `version + 1`.
+    RollbackMerge { epoch: Epoch },
 }
 
 /// A node as the directory knows it.
@@ -166,11 +180,13 @@ pub enum Response {
     Split { left: RangeDesc, right: RangeDesc },
     /// A group id handed out by the directory.
     GroupId(GroupId),
+    /// A merge step was applied (or had been): the descriptor after it.
+    Merge(RangeDesc),
 }
 
 /// What moves as a Raft snapshot: the range descriptor and the bavl tree as its chunks,
 /// each verified against `root` on arrival.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotData {
     pub desc: Option<RangeDesc>,
     #[serde(with = "hex::serde")]
@@ -184,10 +200,13 @@ pub struct SnapshotData {
     /// origin snapshot at `(0, 0)`, whose state the group's creation determines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attested: Option<openraft::LogId<NodeId>>,
+    /// Range groups: the merge state (frozen for a merge, merges decided; see `merge`).
+    #[serde(default, skip_serializing_if = "MergeState::is_empty")]
+    pub merge: MergeState,
 }
 
 /// One exported chunk, hex in JSON.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkBytes(#[serde(with = "hex::serde")] pub Vec<u8>);
 
 openraft::declare_raft_types!(

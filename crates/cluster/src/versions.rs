@@ -34,6 +34,8 @@ pub struct Version {
     pub tree: bavl_core::Snapshot<Sha256>,
     /// The log id of the committed `Attest` entry naming this version's root.
     pub attested: Option<typ::LogId>,
+    /// The range's merge state at this version (see `merge`).
+    pub merge: crate::merge::MergeState,
 }
 
 impl Version {
@@ -58,6 +60,7 @@ impl Version {
             chunks,
             next_group_id: self.next_group_id,
             attested: self.attested,
+            merge: self.merge.clone(),
         }
     }
 }
@@ -143,6 +146,15 @@ impl Versions {
             Some(f) if v.index() <= f => None,
             _ => Some(v.clone()),
         }
+    }
+
+    /// The newest attested version satisfying `pred` (a merge's frozen state).
+    pub fn newest_attested(&self, pred: impl Fn(&Version) -> bool) -> Option<&Version> {
+        self.sealed
+            .iter()
+            .chain(self.file.as_ref())
+            .filter(|v| v.attested.is_some() && pred(v))
+            .max_by_key(|v| v.index())
     }
 
     /// The retained version at `index` whose root is `root` (for serving chunks).

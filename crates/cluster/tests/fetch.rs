@@ -124,6 +124,7 @@ fn version(keys: u32, index: u64) -> Version {
         next_group_id: 0,
         tree: tree.snapshot(),
         attested: None,
+        merge: Default::default(),
     }
 }
 

@@ -21,7 +21,7 @@ async fn hot_range_splits(split_load: u64) -> (Vec<bavl_cluster::types::RangeDes
     let opts = SimOptions {
         // No size split: only load can split.
         split_keys: u64::MAX,
-        load: LoadOptions { split_load, window_ticks: 5, dead_ticks: 15 },
+        load: LoadOptions { split_load, window_ticks: 5, dead_ticks: 15, ..Default::default() },
         ..SimOptions::new(5, dir.path())
     };
     let cluster = SimCluster::start(opts).await.unwrap();

@@ -3,6 +3,7 @@
 
 use bavl_cluster::history::{reads_from_writes, write_jsonl};
 use bavl_cluster::lincheck;
+use bavl_cluster::load::LoadOptions;
 use bavl_cluster::sim::{run, SimOptions, SimReport};
 use bavl_cluster::simnet::Faults;
 
@@ -194,4 +195,69 @@ fn a_dead_node_is_replaced_and_its_ranges_re_replicated() {
         moved += r.ranges.len();
     }
     assert!(moved >= 4, "too few ranges to say much");
+}
+
+#[test]
+fn merges_and_splits_under_faults_keep_the_invariants() {
+    // Ranges split above 60 keys and neighbours of at most 45 keys each merge (load
+    // ignored), so ranges split and merge back over and over, under crashes, partitions
+    // and loss. BAVL_CLUSTER_MERGE_SEEDS=a..b runs a sweep.
+    let seeds = std::env::var("BAVL_CLUSTER_MERGE_SEEDS").ok().and_then(|s| {
+        let (a, b) = s.split_once("..")?;
+        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
+    });
+    let (mut merges, mut refused) = (0, 0);
+    for seed in seeds.unwrap_or(61..65) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = options(seed, dir.path(), true);
+        o.ops = o.ops.max(400);
+        o.load = LoadOptions { merge_keys: 45, merge_load: u64::MAX, ..LoadOptions::default() };
+        let r = run(o);
+        eprintln!(
+            "seed {seed}: ranges {} faults {} merges {} refused {} unknown {} stats {:?}",
+            r.ranges.len(),
+            r.faults_injected,
+            r.merges,
+            r.merges_refused,
+            r.unknown,
+            r.stats
+        );
+        assert_sound(&r, &format!("seed {seed}"));
+        merges += r.merges;
+        refused += r.merges_refused;
+    }
+    eprintln!("merges {merges}, refused {refused}");
+    assert!(merges > 0, "no merge happened");
+}
+
+#[test]
+fn merges_with_random_moves_under_faults_keep_the_invariants() {
+    // The merge test's settings with a fourth node and the random mover of the moves test:
+    // merges and moves of the same ranges interleave. BAVL_CLUSTER_MERGE_MOVE_SEEDS=a..b.
+    let seeds = std::env::var("BAVL_CLUSTER_MERGE_MOVE_SEEDS").ok().and_then(|s| {
+        let (a, b) = s.split_once("..")?;
+        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
+    });
+    let (mut merges, mut moves) = (0, 0);
+    for seed in seeds.unwrap_or(71..77) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = SimOptions { nodes: 4, moves: true, ..options(seed, dir.path(), true) };
+        o.ops = o.ops.max(400);
+        o.load = LoadOptions { merge_keys: 45, merge_load: u64::MAX, ..LoadOptions::default() };
+        let r = run(o);
+        eprintln!(
+            "seed {seed}: ranges {} faults {} merges {} refused {} moves {}/{} unknown {}",
+            r.ranges.len(),
+            r.faults_injected,
+            r.merges,
+            r.merges_refused,
+            r.moves_done,
+            r.moves_tried,
+            r.unknown
+        );
+        assert_sound(&r, &format!("seed {seed}"));
+        merges += r.merges;
+        moves += r.moves_done;
+    }
+    assert!(merges > 0 && moves > 0, "merges {merges} moves {moves}");
 }

@@ -147,6 +147,14 @@ pub struct Tuning {
     /// re-creates its replicas elsewhere.
     #[arg(long, default_value_t = 15)]
     dead_ticks: u64,
+    /// The directory leader merges two neighbouring ranges on the same replicas when both
+    /// hold at most this many keys and serve at most `--merge-load` operations per second
+    /// over three report rounds in a row (default: never).
+    #[arg(long)]
+    merge_keys: Option<u64>,
+    /// Operations per second under which a range counts as cold for a merge.
+    #[arg(long, default_value_t = 1)]
+    merge_load: u64,
 }
 
 impl Peers {
@@ -207,6 +215,8 @@ pub fn tuning_args(t: &Tuning) -> Vec<String> {
     ]
     .into_iter()
     .chain(t.split_load.iter().flat_map(|l| ["--split-load".into(), l.to_string()]))
+    .chain(t.merge_keys.iter().flat_map(|k| ["--merge-keys".into(), k.to_string()]))
+    .chain(["--merge-load".into(), t.merge_load.to_string()])
     .collect()
 }
 
@@ -238,6 +248,8 @@ async fn run_node(
         load: bavl_cluster::load::LoadOptions {
             split_load: t.split_load.unwrap_or(u64::MAX),
             dead_ticks: t.dead_ticks,
+            merge_keys: t.merge_keys.unwrap_or(0),
+            merge_load: t.merge_load,
             ..Default::default()
         },
     };

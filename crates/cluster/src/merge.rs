@@ -1,0 +1,277 @@
+//! Merges of neighbouring ranges: the deterministic steps every replica applies (this
+//! module), driven by the right range's leader (`merge_driver`) and planned by the
+//! directory leader (`merge_plan`). See `docs/cluster.md` section 8.3.
+//!
+//! `L = [a, b)` absorbs `R = [b, c)`:
+//! 1. `PrepareMerge { epoch, target: L, target_version }` in R's log **freezes** R: from
+//!    then on every write, split and read of R is refused (`Stale`), its `version` is bumped
+//!    (writes routed by the old epoch are refused in log order), and each replica seals a
+//!    version at that index, which the leader's next `Attest` names.
+//! 2. `CommitMerge { target_version, source }` in L's log carries R's frozen state as chunks
+//!    under the attested root; every L replica verifies every chunk against that root
+//!    (`RangeState::import`) and that every entry lies in `[b, c)` before inserting
+//!    anything; L's `end` becomes `c` and its `version` `max(L, R) + 1`. It is applied only
+//!    if L is still at `target_version` (so L still ends at `b`) and not frozen itself;
+//!    otherwise it is refused. **Either outcome is recorded in L's state** by R's id and
+//!    frozen version (a [`Decision`]), so a repeated `CommitMerge` gets the same answer:
+//!    L's log is the one place where the merge is decided.
+//! 3. If L's log refused it, `RollbackMerge` in R's log unfreezes R at `version + 1`: safe,
+//!    since L can never absorb that frozen version later. If L absorbed it, R's replicas are
+//!    deleted (retired).
+//!
+//! Guarantees: every step is a function of the state and the command (the same on every
+//! replica); a refused step changes nothing except recording a refused `CommitMerge`.
+
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+
+use crate::range::RangeState;
+use crate::types::{Epoch, GroupId, RangeDesc, Response, SnapshotData};
+
+/// Set on a range frozen by `PrepareMerge`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frozen {
+    /// The left neighbour that is to absorb this range.
+    pub target: GroupId,
+    /// The target's `version` the merge was planned at (the target must still be at it).
+    pub target_version: u64,
+}
+
+/// A merge decided in the target's log: source `source` at its frozen `version` was
+/// absorbed (`committed`) or refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub source: GroupId,
+    pub version: u64,
+    pub committed: bool,
+}
+
+/// A range's replicated merge state (part of its snapshots).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergeState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Frozen>,
+    /// Every merge this range decided as a target, in log order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decided: Vec<Decision>,
+}
+
+impl MergeState {
+    pub fn is_empty(&self) -> bool {
+        self.frozen.is_none() && self.decided.is_empty()
+    }
+
+    /// The decision recorded for `source` frozen at `version`, if any.
+    pub fn decision(&self, source: GroupId, version: u64) -> Option<Decision> {
+        self.decided.iter().copied().find(|d| d.source == source && d.version == version)
+    }
+}
+
+impl RangeState {
+    /// Step 1 on the right range (see the module doc).
+    pub(crate) fn prepare_merge(
+        &mut self,
+        epoch: Epoch,
+        target: GroupId,
+        target_version: u64,
+    ) -> Response {
+        if epoch.version != self.desc.epoch.version {
+            return Response::Stale(self.desc.clone());
+        }
+        if self.merge.frozen.is_some() {
+            return Response::Refused("the range is already frozen for a merge".into());
+        }
+        if target == self.desc.id || self.desc.start.is_empty() {
+            return Response::Refused("no left neighbour to merge into".into());
+        }
+        if !self.desc.learners.is_empty() {
+            return Response::Refused("a move is in progress".into());
+        }
+        self.merge.frozen = Some(Frozen { target, target_version });
+        self.desc.epoch.version += 1;
+        Response::Merge(self.desc.clone())
+    }
+
+    /// Step 2 on the left range (see the module doc). Any refusal is recorded.
+    pub(crate) fn commit_merge(&mut self, target_version: u64, source: &SnapshotData) -> Response {
+        let Some(src) = source.desc.clone() else {
+            return Response::Refused("a merge source without descriptor".into());
+        };
+        match self.merge.decision(src.id, src.epoch.version) {
+            Some(d) if d.committed => return Response::Merge(self.desc.clone()),
+            Some(_) => return Response::Refused("this merge was refused before".into()),
+            None => {}
+        }
+        let absorbed = self.absorb(target_version, &src, source);
+        let committed = absorbed.is_ok();
+        let d = Decision { source: src.id, version: src.epoch.version, committed };
+        self.merge.decided.push(d);
+        match absorbed {
+            Ok(()) => Response::Merge(self.desc.clone()),
+            Err(e) => Response::Refused(e),
+        }
+    }
+
+    fn absorb(
+        &mut self,
+        target_version: u64,
+        src: &RangeDesc,
+        data: &SnapshotData,
+    ) -> Result<(), String> {
+        if self.merge.frozen.is_some() {
+            return Err("the target is frozen for a merge of its own".into());
+        }
+        if target_version != self.desc.epoch.version {
+            return Err(format!(
+                "the target is at version {}, the merge was planned at {target_version}",
+                self.desc.epoch.version
+            ));
+        }
+        if src.id == self.desc.id || self.desc.end.is_empty() || self.desc.end != src.start {
+            return Err("the source is not the target's right neighbour".into());
+        }
+        // Every chunk verified against the attested root, and every entry inside [b, c).
+        let state = RangeState::import(data).map_err(|e| format!("merge source: {e}"))?;
+        let tree = state.tree;
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = tree
+            .range(Bound::Unbounded, Bound::Unbounded)
+            .map_err(|e| e.to_string())?
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        if entries.iter().any(|(k, _)| !src.contains(k)) {
+            return Err("a merge source entry lies outside its range".into());
+        }
+        for (k, v) in &entries {
+            self.tree.insert(k, v).map_err(|e| e.to_string())?;
+        }
+        self.desc.end.clone_from(&src.end);
+        self.desc.epoch.version = self.desc.epoch.version.max(src.epoch.version) + 1;
+        Ok(())
+    }
+
+    /// Step 3 on the right range when the left refused: unfrozen at `version + 1`.
+    pub(crate) fn rollback_merge(&mut self, epoch: Epoch) -> Response {
+        if epoch.version != self.desc.epoch.version || self.merge.frozen.is_none() {
+            return Response::Stale(self.desc.clone());
+        }
+        self.merge.frozen = None;
+        self.desc.epoch.version += 1;
+        Response::Merge(self.desc.clone())
+    }
+
+    /// Whether the range is frozen for a merge.
+    pub fn is_frozen(&self) -> bool {
+        self.merge.frozen.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Command;
+
+    fn range(id: GroupId, start: &str, end: &str, keys: std::ops::Range<u32>) -> RangeState {
+        let mut d = RangeDesc::whole(id, [1, 2, 3].into());
+        d.start = start.as_bytes().to_vec();
+        d.end = end.as_bytes().to_vec();
+        let mut r = RangeState::new(d, 4).unwrap();
+        for i in keys {
+            r.tree.insert(format!("k{i:03}").as_bytes(), b"v").unwrap();
+        }
+        r
+    }
+
+    fn prepare(r: &mut RangeState, target: &RangeState) -> Response {
+        let cmd = Command::PrepareMerge {
+            epoch: r.desc.epoch,
+            target: target.desc.id,
+            target_version: target.desc.epoch.version,
+        };
+        r.apply(&cmd).0
+    }
+
+    #[test]
+    fn a_merge_freezes_the_right_and_extends_the_left() {
+        let mut l = range(1, "", "k050", 0..50);
+        let mut r = range(2, "k050", "", 50..90);
+        l.desc.epoch.version = 3;
+        assert!(matches!(prepare(&mut r, &l), Response::Merge(_)));
+        assert_eq!(r.desc.epoch.version, 1);
+        // Frozen: writes at the new epoch, and splits, are refused.
+        let put = Command::Put { epoch: r.desc.epoch, key: b"k060".to_vec(), value: vec![1] };
+        assert!(matches!(r.apply(&put).0, Response::Stale(_)));
+        let split = Command::Split { epoch: r.desc.epoch, key: b"k070".to_vec(), new_id: 9 };
+        assert!(matches!(r.apply(&split).0, Response::Stale(_)));
+        let source = Box::new(r.export());
+        let commit = Command::CommitMerge { target_version: 3, source: source.clone() };
+        let Response::Merge(d) = l.apply(&commit).0 else { panic!("not merged") };
+        assert_eq!(
+            (d.start.as_slice(), d.end.as_slice(), d.epoch.version),
+            (&b""[..], &b""[..], 4)
+        );
+        assert_eq!(l.tree.len(), 90);
+        // Repeated: the same answer, nothing inserted twice or re-applied.
+        let root = l.tree.root_hash();
+        assert_eq!(l.apply(&commit).0, Response::Merge(d));
+        assert_eq!(l.tree.root_hash(), root);
+    }
+
+    #[test]
+    fn a_refused_merge_is_recorded_and_the_right_rolls_back() {
+        let mut l = range(1, "", "k050", 0..50);
+        let mut r = range(2, "k050", "", 50..90);
+        assert!(matches!(prepare(&mut r, &l), Response::Merge(_)));
+        // L moved on (a split) before the commit: refused, for good.
+        l.desc.epoch.version += 1;
+        let commit = Command::CommitMerge { target_version: 0, source: Box::new(r.export()) };
+        assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
+        l.desc.epoch.version = 0; // even if L were back at that version
+        assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
+        assert_eq!(l.tree.len(), 50);
+        assert!(matches!(
+            r.apply(&Command::RollbackMerge { epoch: r.desc.epoch }).0,
+            Response::Merge(_)
+        ));
+        assert_eq!(r.desc.epoch.version, 2);
+        let put = Command::Put { epoch: r.desc.epoch, key: b"k060".to_vec(), value: vec![1] };
+        assert_eq!(r.apply(&put).0, Response::Done);
+    }
+
+    #[test]
+    fn a_corrupt_or_foreign_source_is_refused() {
+        let mut l = range(1, "", "k050", 0..50);
+        let mut r = range(2, "k050", "", 50..90);
+        prepare(&mut r, &l);
+        let mut bad = r.export();
+        bad.chunks[0].0[10] ^= 1;
+        let commit = Command::CommitMerge { target_version: 0, source: Box::new(bad) };
+        assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
+        assert_eq!((l.tree.len(), l.desc.end.as_slice()), (50, &b"k050"[..]));
+        // A source whose entries lie outside its fences (version 2: a new decision).
+        let mut other = range(3, "k050", "", 10..20);
+        other.desc.epoch.version = 2;
+        let commit = Command::CommitMerge { target_version: 0, source: Box::new(other.export()) };
+        assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
+        assert_eq!(l.tree.len(), 50);
+    }
+
+    #[test]
+    fn the_directory_drops_a_merged_away_range_and_ignores_its_late_reports() {
+        use crate::types::DIRECTORY_GROUP;
+        let mut dir = RangeState::new(RangeDesc::whole(DIRECTORY_GROUP, [1].into()), 8).unwrap();
+        let l = range(1, "", "k050", 0..0).desc;
+        let mut r = range(2, "k050", "", 0..0).desc;
+        dir.apply(&Command::Report { descs: vec![l.clone(), r.clone()] });
+        let mut merged = l.clone();
+        merged.end = Vec::new();
+        merged.epoch.version = 2;
+        r.epoch.version = 1; // frozen
+        dir.apply(&Command::Report { descs: vec![merged.clone()] });
+        assert_eq!(dir.descriptors(), vec![merged.clone()]);
+        // A late report of the frozen right range, or of the left before the merge.
+        dir.apply(&Command::Report { descs: vec![r.clone(), l] });
+        assert_eq!(dir.descriptors(), vec![merged.clone()]);
+        assert_eq!(dir.lookup(b"k070"), Some(merged));
+    }
+}
