@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use bavl_cluster::client::ClientOptions;
+use bavl_cluster::client::{Client, ClientOptions};
 use bavl_cluster::msg::{ClientOp, ClientReply};
 use bavl_cluster::sim::{runtime, SimOptions};
 use bavl_cluster::simcluster::SimCluster;
@@ -36,6 +36,19 @@ async fn split(cluster: &SimCluster) -> (RangeDesc, RangeDesc) {
     (left, right)
 }
 
+/// A cluster (simulation seed `seed`) of 160 keys split into two ranges, merges held.
+async fn two_ranges(seed: u64) -> (tempfile::TempDir, SimCluster, Client, RangeDesc, RangeDesc) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SimOptions { split_keys: u64::MAX, ..SimOptions::new(seed, dir.path()) };
+    let cluster = SimCluster::start(opts).await.unwrap();
+    let mut client = cluster.client(1, ClientOptions { max_attempts: 200, ..Default::default() });
+    let ops = (0..160).map(|i| BatchOp::Put(key(i), b"v0".to_vec())).collect();
+    client.batch(ops).await.unwrap();
+    let (left, right) = split(&cluster).await;
+    hold(&cluster, true);
+    (dir, cluster, client, left, right)
+}
+
 fn hold(cluster: &SimCluster, held: bool) {
     for n in cluster.net.live() {
         n.hold_merges(held);
@@ -49,14 +62,7 @@ async fn bounce(cluster: &SimCluster, id: NodeId) {
 }
 
 async fn scenario(kill: Kill) {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions { split_keys: u64::MAX, ..SimOptions::new(9, dir.path()) };
-    let cluster = SimCluster::start(opts).await.unwrap();
-    let mut client = cluster.client(1, ClientOptions { max_attempts: 200, ..Default::default() });
-    let ops = (0..160).map(|i| BatchOp::Put(key(i), b"v0".to_vec())).collect();
-    client.batch(ops).await.unwrap();
-    let (left, right) = split(&cluster).await;
-    hold(&cluster, true);
+    let (_dir, cluster, mut client, left, right) = two_ranges(9).await;
     let (rl, rg) = cluster.leader(right.id, Duration::from_secs(5)).await.unwrap();
     let mut written = 160;
     if matches!(kill, Kill::NodeDownDuringMerge) {
@@ -142,14 +148,7 @@ fn killing_a_node_at_each_step_of_a_merge_loses_nothing() {
 }
 
 async fn refused_then_killed() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = SimOptions { split_keys: u64::MAX, ..SimOptions::new(10, dir.path()) };
-    let cluster = SimCluster::start(opts).await.unwrap();
-    let mut client = cluster.client(1, ClientOptions { max_attempts: 200, ..Default::default() });
-    let ops = (0..160).map(|i| BatchOp::Put(key(i), b"v0".to_vec())).collect();
-    client.batch(ops).await.unwrap();
-    let (left, right) = split(&cluster).await;
-    hold(&cluster, true);
+    let (_dir, cluster, mut client, left, right) = two_ranges(10).await;
     // The left range splits after the merge was planned at its old version.
     let (ll, lg) = cluster.leader(left.id, Duration::from_secs(5)).await.unwrap();
     let k = lg.sm.shared.lock().unwrap().state.split_key().expect("several chunks");
