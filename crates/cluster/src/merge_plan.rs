@@ -69,6 +69,11 @@ impl Node {
         self.merge_plan.lock().expect("not poisoned").held = held;
     }
 
+    /// A merge the planner started is under way (the rebalancer waits for it).
+    pub(crate) fn merge_running(&self) -> bool {
+        self.merge_plan.lock().expect("not poisoned").running
+    }
+
     pub(crate) fn merges_held(&self) -> bool {
         self.merge_plan.lock().expect("not poisoned").held
     }

@@ -23,7 +23,10 @@ impl Node {
             return;
         }
         let Some(dir) = self.group(DIRECTORY_GROUP) else { return };
-        if dir.leader() != Some(self.id) || self.rebalancing.swap(true, Ordering::SeqCst) {
+        if dir.leader() != Some(self.id) || self.merge_running() {
+            return;
+        }
+        if self.rebalancing.swap(true, Ordering::SeqCst) {
             return;
         }
         let Some(me) = self.me.upgrade() else { return };

@@ -61,8 +61,10 @@ impl Node {
             self.heartbeat().await;
             self.learn_addresses();
             self.collect_garbage().await;
-            self.maybe_rebalance();
+            // Merges first: the rebalancer's round marks itself under way before its task
+            // runs, and a merge is planned only while no move is (nor a move while a merge is).
             self.maybe_merge();
+            self.maybe_rebalance();
         }
     }
 

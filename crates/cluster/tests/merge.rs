@@ -189,6 +189,9 @@ async fn planned_merges() {
     let opts = SimOptions {
         split_keys: 40,
         load: LoadOptions { merge_keys: 30, window_ticks: 5, ..Default::default() },
+        // The rebalancer on, as `bavl-cluster node` runs by default: it must not keep the
+        // planner from merging (it did, each tick, until merges were planned first).
+        rebalance: true,
         ..SimOptions::new(8, dir.path())
     };
     let cluster = SimCluster::start(opts).await.unwrap();
