@@ -2,59 +2,22 @@
 //! reads back, a node restarted from its files, and a fourth node joining (ranges move to
 //! it, their snapshots' chunks fetched over TCP).
 
-use std::collections::{BTreeSet, HashMap};
+mod tcpnet;
+
 use std::time::Duration;
 
-use bavl_cluster::client::{Client, ClientOptions};
-use bavl_cluster::log_store::Durability;
 use bavl_cluster::msg::{ClientOp, ClientReply};
-use bavl_cluster::node::{raft_config, Node, NodeOptions};
-use bavl_cluster::tcp::{serve, TcpTransport};
+use bavl_cluster::node::Node;
+use bavl_cluster::tcp::serve;
 use bavl_cluster::types::NodeInfo;
+use tcpnet::{client, options, transport, Net};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mut listeners = HashMap::new();
-    let mut peers = HashMap::new();
-    for id in 1..=3u64 {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        peers.insert(id, l.local_addr().unwrap());
-        listeners.insert(id, l);
-    }
-    let opts = |id: u64| NodeOptions {
-        dir: dir.path().join(format!("node-{id}")),
-        durability: Durability::Fsync,
-        // Snapshots every 40 entries: a joining node gets snapshots past the origin.
-        raft: raft_config(50, 300, 40),
-        split_keys: 40,
-        capacity: 8,
-        unsafe_local_reads: false,
-        tick_ms: 100,
-        rebalance: true,
-        replicas: 3,
-        seeds: vec![1, 2, 3],
-        load: Default::default(),
-    };
-    let members: BTreeSet<u64> = (1..=3).collect();
-    let mut servers = HashMap::new();
-    let mut nodes = HashMap::new();
-    for id in 1..=3u64 {
-        let node =
-            Node::open(id, opts(id), TcpTransport::new(peers.clone(), Duration::from_secs(2)))
-                .await
-                .unwrap();
-        node.bootstrap(&members).await.unwrap();
-        servers.insert(id, tokio::spawn(serve(node.clone(), listeners.remove(&id).unwrap())));
-        nodes.insert(id, node);
-    }
-    let copts = ClientOptions { max_attempts: 100, ..ClientOptions::default() };
-    let mut client = Client::new(
-        9,
-        vec![1, 2, 3],
-        TcpTransport::new(peers.clone(), Duration::from_secs(2)),
-        copts,
-    );
+    let Net { peers, mut nodes, mut servers } = Net::start(dir.path(), Default::default()).await;
+    let opts = |id: u64| options(dir.path(), id, Default::default());
+    let mut client = client(&peers);
     let key = |i: u32| format!("k{i:05}").into_bytes();
     for i in 0..150 {
         client.put(&key(i), &i.to_le_bytes()).await.unwrap();
@@ -63,9 +26,7 @@ async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
     servers.remove(&1).unwrap().abort();
     nodes.remove(&1).unwrap().shutdown().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let node = Node::open(1, opts(1), TcpTransport::new(peers.clone(), Duration::from_secs(2)))
-        .await
-        .unwrap();
+    let node = Node::open(1, opts(1), transport(&peers)).await.unwrap();
     let listener = tokio::net::TcpListener::bind(peers[&1]).await.unwrap();
     servers.insert(1, tokio::spawn(serve(node.clone(), listener)));
     for i in 0..150 {
@@ -92,8 +53,7 @@ async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
     let addr4 = l4.local_addr().unwrap();
     let mut peers4 = peers.clone();
     peers4.insert(4, addr4);
-    let n4 =
-        Node::open(4, opts(4), TcpTransport::new(peers4, Duration::from_secs(2))).await.unwrap();
+    let n4 = Node::open(4, opts(4), transport(&peers4)).await.unwrap();
     servers.insert(4, tokio::spawn(serve(n4.clone(), l4)));
     client.learn(4, &addr4.to_string());
     let info = NodeInfo { id: 4, addr: addr4.to_string(), draining: false };
