@@ -10,7 +10,7 @@ use bavl_cluster::msg::{ClientOp, ClientReply};
 use bavl_cluster::node::Node;
 use bavl_cluster::tcp::serve;
 use bavl_cluster::types::NodeInfo;
-use tcpnet::{client, options, transport, Net};
+use tcpnet::{client, options, transport, wait_ranges, Net};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
@@ -33,14 +33,7 @@ async fn a_tcp_cluster_splits_and_serves_after_a_restart() {
         assert_eq!(client.get(&key(i)).await.unwrap(), Some(i.to_le_bytes().to_vec()), "key {i}");
     }
     // Splits run on the leaders' ticks: wait for the ranges to settle below the threshold.
-    let mut ranges = client.ranges().await.unwrap();
-    for _ in 0..100 {
-        if ranges.len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        ranges = client.ranges().await.unwrap();
-    }
+    let ranges = wait_ranges(&mut client, 100, |r| r.len() >= 3).await;
     assert!(ranges.len() >= 3, "expected splits, got {ranges:?}");
     // The restarted node hosts every range again.
     tokio::time::sleep(Duration::from_secs(2)).await;

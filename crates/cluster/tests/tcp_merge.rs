@@ -5,10 +5,8 @@
 
 mod tcpnet;
 
-use std::time::Duration;
-
 use bavl_cluster::load::LoadOptions;
-use tcpnet::Net;
+use tcpnet::{wait_ranges, Net};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_cold_ranges_merge_back_over_tcp() {
@@ -20,26 +18,13 @@ async fn small_cold_ranges_merge_back_over_tcp() {
     for i in 0..150 {
         client.put(&key(i), &i.to_le_bytes()).await.unwrap();
     }
-    let mut ranges = client.ranges().await.unwrap();
-    for _ in 0..100 {
-        if ranges.len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        ranges = client.ranges().await.unwrap();
-    }
+    let ranges = wait_ranges(&mut client, 100, |r| r.len() >= 3).await;
     assert!(ranges.len() >= 3, "expected splits, got {ranges:?}");
     for i in 0..140 {
         client.delete(&key(i)).await.unwrap();
     }
     // Three report rounds (every fourth tick of 100 ms) per merge, one merge at a time.
-    for _ in 0..600 {
-        ranges = client.ranges().await.unwrap();
-        if ranges.len() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ranges = wait_ranges(&mut client, 600, |r| r.len() == 1).await;
     assert_eq!(ranges.len(), 1, "the ranges were not merged back: {ranges:?}");
     assert!(ranges[0].start.is_empty() && ranges[0].end.is_empty(), "{ranges:?}");
     for i in 140..150 {

@@ -14,6 +14,7 @@ use bavl_cluster::log_store::Durability;
 use bavl_cluster::msg::Transport;
 use bavl_cluster::node::{raft_config, Node, NodeOptions};
 use bavl_cluster::tcp::{serve, TcpTransport};
+use bavl_cluster::types::RangeDesc;
 use tokio::task::JoinHandle;
 
 /// Node `id`'s options: ranges split past 40 keys, a 100 ms tick, the rebalancer on.
@@ -80,6 +81,23 @@ impl Net {
 pub fn client(peers: &HashMap<u64, SocketAddr>) -> Client {
     let copts = ClientOptions { max_attempts: 100, ..ClientOptions::default() };
     Client::new(9, vec![1, 2, 3], transport(peers), copts)
+}
+
+/// The ranges `client` finds, polled every 100 ms (up to `tries` times) until `done` holds.
+pub async fn wait_ranges(
+    client: &mut Client,
+    tries: u32,
+    done: impl Fn(&[RangeDesc]) -> bool,
+) -> Vec<RangeDesc> {
+    let mut ranges = client.ranges().await.unwrap();
+    for _ in 0..tries {
+        if done(&ranges) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ranges = client.ranges().await.unwrap();
+    }
+    ranges
 }
 
 pub fn transport(peers: &HashMap<u64, SocketAddr>) -> Arc<dyn Transport> {
