@@ -7,7 +7,7 @@
 //!    then on every write, split and read of R is refused (`Stale`), its `version` is bumped
 //!    (writes routed by the old epoch are refused in log order), and each replica seals a
 //!    version at that index, which the leader's next `Attest` names.
-//! 2. `CommitMerge { target_version, source }` in L's log carries R's frozen state as chunks
+//! 2. `CommitMerge { target, target_version, source }` in L's log carries R's frozen state as chunks
 //!    under the attested root; every L replica verifies every chunk against that root
 //!    (`RangeState::import`) and that every entry lies in `[b, c)` before inserting
 //!    anything; L's `end` becomes `c` and its `version` `max(L, R) + 1`. It is applied only
@@ -15,6 +15,9 @@
 //!    otherwise it is refused. **Either outcome is recorded in L's state** by R's id and
 //!    frozen version (a [`Decision`]), so a repeated `CommitMerge` gets the same answer:
 //!    L's log is the one place where the merge is decided.
+//!    If L was itself merged away meanwhile, the range that absorbed it (R's new left
+//!    neighbour) decides in its stead (see [`RangeState::commit_merge`]), so R is never
+//!    left frozen for a target that no longer exists.
 //! 3. If L's log refused it, `RollbackMerge` in R's log unfreezes R at `version + 1`: safe,
 //!    since L can never absorb that frozen version later. If L absorbed it, R's replicas are
 //!    deleted (retired).
@@ -28,6 +31,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::range::RangeState;
 use crate::types::{Epoch, GroupId, RangeDesc, Response, SnapshotData};
+
+/// Largest right range a merge takes: its keys and values plus 16 bytes an entry. The
+/// whole range travels in one `CommitMerge` log entry (chunks hex-encoded in JSON, about
+/// twice these bytes), which must stay well inside the transport's 64 MiB frame and the
+/// log's 64 MiB record; a larger range is refused at `PrepareMerge`, before it freezes,
+/// so it is never left frozen with a `CommitMerge` that cannot be sent.
+pub const MAX_MERGE_SOURCE_BYTES: u64 = 8 << 20;
 
 /// Set on a range frozen by `PrepareMerge`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,14 +62,27 @@ pub struct Decision {
 pub struct MergeState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frozen: Option<Frozen>,
-    /// Every merge this range decided as a target, in log order.
+    /// Every merge this range decided as a target, in log order, and those decided by the
+    /// ranges it absorbed (or, for a split's right child, its parent's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decided: Vec<Decision>,
+    /// The groups this range absorbed, directly or through the ranges it absorbed (or, for
+    /// a split's right child, its parent's): it answers a `CommitMerge` addressed to one of
+    /// them in its stead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absorbed: Vec<GroupId>,
 }
 
 impl MergeState {
     pub fn is_empty(&self) -> bool {
-        self.frozen.is_none() && self.decided.is_empty()
+        self.frozen.is_none() && self.decided.is_empty() && self.absorbed.is_empty()
+    }
+
+    /// What a split's right child inherits: the decisions and the absorbed groups, so that
+    /// either half answers for them alike (never the frozen mark: a frozen range does not
+    /// split).
+    pub fn inherited(&self) -> MergeState {
+        MergeState { frozen: None, decided: self.decided.clone(), absorbed: self.absorbed.clone() }
     }
 
     /// The decision recorded for `source` frozen at `version`, if any.
@@ -88,22 +111,52 @@ impl RangeState {
         if !self.desc.learners.is_empty() {
             return Response::Refused("a move is in progress".into());
         }
+        let stats = self.tree.stats();
+        let bytes = stats.payload_bytes + 16 * stats.keys;
+        if bytes > MAX_MERGE_SOURCE_BYTES {
+            return Response::Refused(format!(
+                "the range holds {bytes} bytes, over the {MAX_MERGE_SOURCE_BYTES} a merge moves"
+            ));
+        }
         self.merge.frozen = Some(Frozen { target, target_version });
         self.desc.epoch.version += 1;
         Response::Merge(self.desc.clone())
     }
 
-    /// Step 2 on the left range (see the module doc). Any refusal is recorded.
-    pub(crate) fn commit_merge(&mut self, target_version: u64, source: &SnapshotData) -> Response {
+    /// Step 2 on the left range (see the module doc), addressed to `target`: this range,
+    /// or a range it absorbed (then it answers in its stead, below). Any refusal is
+    /// recorded.
+    ///
+    /// A range `X` this range absorbed was frozen before it was absorbed, and a frozen
+    /// range refuses every `CommitMerge`; so every merge `X` ever committed is among the
+    /// decisions absorbed with it, and any other merge addressed to `X` is refused here,
+    /// as `X` itself would have refused it. This is what frees a right range frozen for a
+    /// merge into `X` after `X` was merged away (its driver asks `X`'s left neighbour).
+    /// A `target` that is neither this range nor absorbed by it gets `Stale` (nothing
+    /// decided: the caller's directory was out of date).
+    pub(crate) fn commit_merge(
+        &mut self,
+        target: GroupId,
+        target_version: u64,
+        source: &SnapshotData,
+    ) -> Response {
         let Some(src) = source.desc.clone() else {
             return Response::Refused("a merge source without descriptor".into());
         };
+        let in_stead = target != self.desc.id;
+        if in_stead && !self.merge.absorbed.contains(&target) {
+            return Response::Stale(self.desc.clone());
+        }
         match self.merge.decision(src.id, src.epoch.version) {
             Some(d) if d.committed => return Response::Merge(self.desc.clone()),
             Some(_) => return Response::Refused("this merge was refused before".into()),
             None => {}
         }
-        let absorbed = self.absorb(target_version, &src, source);
+        let absorbed = if in_stead {
+            Err(format!("the target {target} was merged into {} first", self.desc.id))
+        } else {
+            self.absorb(target_version, &src, source)
+        };
         let committed = absorbed.is_ok();
         let d = Decision { source: src.id, version: src.epoch.version, committed };
         self.merge.decided.push(d);
@@ -147,6 +200,10 @@ impl RangeState {
         }
         self.desc.end.clone_from(&src.end);
         self.desc.epoch.version = self.desc.epoch.version.max(src.epoch.version) + 1;
+        // The source's decisions and absorbed groups come along (see `commit_merge`).
+        self.merge.decided.extend_from_slice(&data.merge.decided);
+        self.merge.absorbed.extend_from_slice(&data.merge.absorbed);
+        self.merge.absorbed.push(src.id);
         Ok(())
     }
 
@@ -204,7 +261,7 @@ mod tests {
         let split = Command::Split { epoch: r.desc.epoch, key: b"k070".to_vec(), new_id: 9 };
         assert!(matches!(r.apply(&split).0, Response::Stale(_)));
         let source = Box::new(r.export());
-        let commit = Command::CommitMerge { target_version: 3, source: source.clone() };
+        let commit = Command::CommitMerge { target: 1, target_version: 3, source: source.clone() };
         let Response::Merge(d) = l.apply(&commit).0 else { panic!("not merged") };
         assert_eq!(
             (d.start.as_slice(), d.end.as_slice(), d.epoch.version),
@@ -224,7 +281,8 @@ mod tests {
         assert!(matches!(prepare(&mut r, &l), Response::Merge(_)));
         // L moved on (a split) before the commit: refused, for good.
         l.desc.epoch.version += 1;
-        let commit = Command::CommitMerge { target_version: 0, source: Box::new(r.export()) };
+        let commit =
+            Command::CommitMerge { target: 1, target_version: 0, source: Box::new(r.export()) };
         assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
         l.desc.epoch.version = 0; // even if L were back at that version
         assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
@@ -245,15 +303,75 @@ mod tests {
         prepare(&mut r, &l);
         let mut bad = r.export();
         bad.chunks[0].0[10] ^= 1;
-        let commit = Command::CommitMerge { target_version: 0, source: Box::new(bad) };
+        let commit = Command::CommitMerge { target: 1, target_version: 0, source: Box::new(bad) };
         assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
         assert_eq!((l.tree.len(), l.desc.end.as_slice()), (50, &b"k050"[..]));
         // A source whose entries lie outside its fences (version 2: a new decision).
         let mut other = range(3, "k050", "", 10..20);
         other.desc.epoch.version = 2;
-        let commit = Command::CommitMerge { target_version: 0, source: Box::new(other.export()) };
+        let commit =
+            Command::CommitMerge { target: 1, target_version: 0, source: Box::new(other.export()) };
         assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
         assert_eq!(l.tree.len(), 50);
+    }
+
+    #[test]
+    fn a_range_too_large_to_travel_in_one_entry_is_refused_before_it_freezes() {
+        let l = range(1, "", "k050", 0..50);
+        let mut r = range(2, "k050", "", 50..52);
+        let big = vec![7u8; MAX_MERGE_SOURCE_BYTES as usize];
+        r.tree.insert(b"k060", &big).unwrap();
+        let Response::Refused(why) = prepare(&mut r, &l) else { panic!("not refused") };
+        assert!(why.contains("bytes"), "{why}");
+        assert!(!r.is_frozen());
+        assert_eq!(r.desc.epoch.version, 0);
+        r.tree.remove(b"k060");
+        assert!(matches!(prepare(&mut r, &l), Response::Merge(_)));
+    }
+
+    #[test]
+    fn a_target_merged_away_is_answered_for_by_the_range_that_absorbed_it() {
+        let mut l0 = range(1, "", "k020", 0..20);
+        let mut l = range(2, "k020", "k050", 20..50);
+        let mut r = range(3, "k050", "", 50..90);
+        let mut s = range(4, "k030", "k050", 0..0);
+        s.desc.epoch.version = 5;
+        // L absorbed nothing yet but decided one merge: S's, refused (S is not adjacent).
+        let commit =
+            Command::CommitMerge { target: 2, target_version: 0, source: Box::new(s.export()) };
+        assert!(matches!(l.apply(&commit).0, Response::Refused(_)));
+        // R freezes for a merge into L; then L is merged into L0 before R's commit.
+        assert!(matches!(prepare(&mut r, &l), Response::Merge(_)));
+        assert!(matches!(prepare(&mut l, &l0), Response::Merge(_)));
+        let commit_l =
+            Command::CommitMerge { target: 1, target_version: 0, source: Box::new(l.export()) };
+        assert!(matches!(l0.apply(&commit_l).0, Response::Merge(_)));
+        assert_eq!(l0.merge.absorbed, vec![2]);
+        // A range that did not absorb L decides nothing for it.
+        let source = Box::new(r.export());
+        let to_l = Command::CommitMerge { target: 2, target_version: 0, source };
+        let mut other = range(5, "k090", "", 0..0);
+        assert!(matches!(other.apply(&to_l).0, Response::Stale(_)));
+        assert!(other.merge.decided.is_empty());
+        // L0 refuses R's merge in L's stead, for good; and answers S's as L did.
+        assert!(matches!(l0.apply(&to_l).0, Response::Refused(_)));
+        assert_eq!(l0.merge.decision(3, 1).map(|d| d.committed), Some(false));
+        assert!(matches!(l0.apply(&to_l).0, Response::Refused(_)));
+        assert_eq!(l0.merge.decision(4, 5).map(|d| d.committed), Some(false));
+        assert_eq!((l0.tree.len(), l0.desc.end.as_slice()), (50, &b"k050"[..]));
+        // Both halves of a split of L0 answer alike.
+        let split = Command::Split { epoch: l0.desc.epoch, key: b"k030".to_vec(), new_id: 6 };
+        let (_, child) = l0.apply(&split);
+        let mut right = RangeState::import(&child.expect("a right half").data).unwrap();
+        assert!(matches!(right.apply(&to_l).0, Response::Refused(_)));
+        assert_eq!(right.merge.absorbed, vec![2]);
+        // R rolls back and serves its keys again.
+        assert!(matches!(
+            r.apply(&Command::RollbackMerge { epoch: r.desc.epoch }).0,
+            Response::Merge(_)
+        ));
+        let put = Command::Put { epoch: r.desc.epoch, key: b"k060".to_vec(), value: vec![1] };
+        assert_eq!(r.apply(&put).0, Response::Done);
     }
 
     #[test]

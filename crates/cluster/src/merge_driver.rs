@@ -143,9 +143,10 @@ impl Node {
         group: &OpenraftGroup,
     ) -> Result<(RangeDesc, ClientReply), MergeError> {
         let (desc, source, f) = self.frozen_source(group).await?;
-        let target = self.target_desc(f.target, &desc).await;
-        let op = ClientOp::CommitMerge { target_version: f.target_version, source };
-        Ok((desc, self.range_call(&target, op).await))
+        let addressee = self.target_desc(f.target, &desc).await;
+        let op =
+            ClientOp::CommitMerge { target: f.target, target_version: f.target_version, source };
+        Ok((desc, self.range_call(&addressee, op).await))
     }
 
     /// Steps 2-3 (the caller holds the drive's guard): `CommitMerge` of the attested frozen
@@ -203,12 +204,17 @@ impl Node {
         }
     }
 
-    /// The target's descriptor from the directory, else one naming this range's voters
-    /// (a merge is planned between ranges on the same voters; the target's leader is
-    /// found by not-leader hints).
+    /// Where to send `CommitMerge` for `target`: its descriptor from the directory; if the
+    /// directory no longer holds it (merged away), this range's left neighbour there (which
+    /// absorbed it, and answers in its stead: see `merge`); else a descriptor of the target
+    /// naming this range's voters (a merge is planned between ranges on the same voters;
+    /// the target's leader is found by not-leader hints).
     async fn target_desc(&self, target: GroupId, own: &RangeDesc) -> RangeDesc {
         if let Some(ClientReply::Ranges(descs)) = self.directory_call(ClientOp::Ranges).await {
-            if let Some(d) = descs.into_iter().find(|d| d.id == target) {
+            if let Some(d) = descs.iter().find(|d| d.id == target) {
+                return d.clone();
+            }
+            if let Some(d) = descs.into_iter().find(|d| d.end == own.start && d.id != own.id) {
                 return d;
             }
         }
@@ -279,9 +285,9 @@ impl Node {
                     Err(e) => ClientReply::Unknown(format!("the merge task ended: {e}")),
                 }
             }
-            ClientOp::CommitMerge { target_version, source } => {
+            ClientOp::CommitMerge { target, target_version, source } => {
                 let Some(group) = self.group(g) else { return ClientReply::NoGroup };
-                match group.propose(Command::CommitMerge { target_version, source }).await {
+                match group.propose(Command::CommitMerge { target, target_version, source }).await {
                     Ok(Response::Merge(d)) => ClientReply::Merged(d),
                     // Recorded in the target's log: the decision.
                     Ok(Response::Refused(e)) => ClientReply::MergeRefused(e),

@@ -113,8 +113,10 @@ pub enum ClientOp {
         target_version: u64,
     },
     /// To the left range's leader: step 2 of a merge, `CommitMerge` in its log; answered
-    /// `Merged` or `MergeRefused` (the decision, recorded in its log).
+    /// `Merged` or `MergeRefused` (the decision, recorded in its log). `target` is the
+    /// group the merge was planned into: the addressee, or a group it absorbed.
     CommitMerge {
+        target: GroupId,
         target_version: u64,
         source: Box<SnapshotData>,
     },

@@ -96,8 +96,8 @@ impl RangeState {
             Command::PrepareMerge { epoch, target, target_version } => {
                 (self.prepare_merge(*epoch, *target, *target_version), None)
             }
-            Command::CommitMerge { target_version, source } => {
-                (self.commit_merge(*target_version, source), None)
+            Command::CommitMerge { target, target_version, source } => {
+                (self.commit_merge(*target, *target_version, source), None)
             }
             Command::RollbackMerge { epoch } => (self.rollback_merge(*epoch), None),
             // A range frozen for a merge takes no write and no split (see `merge`).
@@ -192,7 +192,7 @@ impl RangeState {
             desc: right.clone(),
             tree: right_tree,
             next_group_id: 0,
-            merge: Default::default(),
+            merge: self.merge.inherited(),
         };
         let data = child.export();
         (
@@ -206,17 +206,18 @@ impl RangeState {
         if !self.is_directory() {
             return Response::Refused("directory command sent to a range".into());
         }
+        // Decoded once per report (not once per reported descriptor), kept equal to the
+        // tree's descriptors as the loop changes them.
+        let mut all = self.descriptors();
         for d in descs {
             let key = dir_key(&d.start);
-            let held = self.tree.get(&key).expect("the directory's tree is resident");
-            let held = held.and_then(|v| serde_json::from_slice::<RangeDesc>(v).ok());
-            if held.as_ref().is_some_and(|h| h.id == d.id && !d.epoch.is_newer_than(&h.epoch)) {
+            let held = all.iter().find(|h| h.start == d.start);
+            if held.is_some_and(|h| h.id == d.id && !d.epoch.is_newer_than(&h.epoch)) {
                 continue;
             }
             // Versions grow along every key's history (a split's halves and a merge's result
             // are newer than what they replace): an overlapping descriptor of another group
             // at a higher version supersedes `d` (a late report of a merged-away range).
-            let all = self.descriptors();
             if all
                 .iter()
                 .any(|h| h.id != d.id && overlap(h, d) && h.epoch.version > d.epoch.version)
@@ -225,13 +226,19 @@ impl RangeState {
             }
             // And `d` supersedes the older descriptors it covers beyond its own start key
             // (the right range of a merge).
-            for h in all.iter().filter(|h| h.id != d.id && h.start > d.start && overlap(h, d)) {
-                if h.epoch.version < d.epoch.version {
-                    self.tree.remove(&dir_key(&h.start));
-                }
+            let covered = |h: &RangeDesc| {
+                h.id != d.id
+                    && h.start > d.start
+                    && overlap(h, d)
+                    && h.epoch.version < d.epoch.version
+            };
+            for h in all.iter().filter(|h| covered(h)) {
+                self.tree.remove(&dir_key(&h.start));
             }
             let value = serde_json::to_vec(d).expect("descriptors serialize");
             self.tree.insert(&key, &value).expect("descriptor fits");
+            all.retain(|h| h.start != d.start && !covered(h));
+            all.push(d.clone());
         }
         Response::Done
     }

@@ -136,7 +136,9 @@ pub enum Command {
     /// state as chunks under the root its log attested, its descriptor in `source.desc`)
     /// if this range is still at `target_version` and ends where the source starts;
     /// otherwise refuse for good (the refusal is recorded: the source may roll back).
-    CommitMerge { target_version: u64, source: Box<SnapshotData> },
+    /// `target` is the group the merge was planned into: this one, or one it absorbed
+    /// (then answered in its stead; see `merge`).
+    CommitMerge { target: GroupId, target_version: u64, source: Box<SnapshotData> },
     /// Merge undone, in the right range's log, once the left range's log refused the
     /// merge: the range is unfrozen at `version + 1`.
     RollbackMerge { epoch: Epoch },

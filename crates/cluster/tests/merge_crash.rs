@@ -190,3 +190,50 @@ async fn refused_then_killed() {
 fn a_refused_merge_is_rolled_back_by_the_next_leader_after_a_kill() {
     runtime().block_on(refused_then_killed());
 }
+
+/// The left range is itself merged away while the right range waits frozen for it: the
+/// range that absorbed it refuses in its stead, and the right range rolls back (before,
+/// it stayed frozen for good: its `CommitMerge` found no group).
+async fn target_merged_away() {
+    let (_dir, cluster, mut client, left, right) = two_ranges(11).await;
+    // Three ranges: [.., k) | mid = [k, b) | right = [b, ..).
+    let (ll, lg) = cluster.leader(left.id, Duration::from_secs(5)).await.unwrap();
+    let k = lg.sm.shared.lock().unwrap().state.split_key().expect("several chunks");
+    let id = ll.alloc_group_id().await.unwrap();
+    let (l2, mid) = ll.propose_split(&lg, k, id).await.expect("split");
+    assert!(ll.report(vec![l2.clone(), mid.clone()]).await);
+    // The right range freezes for a merge into mid ...
+    let (rl, rg) = cluster.leader(right.id, Duration::from_secs(5)).await.unwrap();
+    rl.prepare_merge_step(&rg, mid.id, mid.epoch.version).await.expect("prepared");
+    // ... and mid is merged into the left range first.
+    let (ml, _) = cluster.leader(mid.id, Duration::from_secs(5)).await.unwrap();
+    let merged = ml.merge_into(mid.id, l2.id, l2.epoch.version).await.expect("mid merged");
+    assert_eq!((merged.start.as_slice(), merged.end.clone()), (&b""[..], right.start.clone()));
+    hold(&cluster, false);
+    let start = tokio::time::Instant::now();
+    let now = loop {
+        let (ranges, problems) = cluster.ranges();
+        let r = ranges.iter().find(|d| d.id == right.id).cloned();
+        if let Some(r) = r.filter(|r| r.epoch.version == right.epoch.version + 2) {
+            assert!(problems.is_empty(), "{problems:?}");
+            assert_eq!(ranges.len(), 2, "{ranges:?}");
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "still frozen: {ranges:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((now.start, now.end), (right.start.clone(), right.end.clone()));
+    client.put(&key(150), b"after").await.unwrap();
+    cluster.converge(Duration::from_secs(30)).await.unwrap();
+    let mut cold = cluster.client(2, ClientOptions { max_attempts: 100, ..Default::default() });
+    for i in 0..160 {
+        let want = if i == 150 { b"after".to_vec() } else { b"v0".to_vec() };
+        assert_eq!(cold.get(&key(i)).await.unwrap(), Some(want), "key {i}");
+    }
+    cluster.shutdown().await;
+}
+
+#[test]
+fn a_range_frozen_for_a_target_that_was_merged_away_rolls_back() {
+    runtime().block_on(target_merged_away());
+}
