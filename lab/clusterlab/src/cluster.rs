@@ -28,6 +28,9 @@ pub struct Config {
     pub split_keys: u64,
     pub no_fsync: bool,
     pub snapshot_every: u64,
+    /// The directory leader merges neighbouring ranges holding at most this many keys (0:
+    /// never), whatever their load.
+    pub merge_keys: u64,
 }
 
 pub struct LabCluster {
@@ -77,7 +80,8 @@ impl LabCluster {
             .args(["--keys", &c.keys.to_string()])
             .args(["--capacity", &c.capacity.to_string()])
             .args(["--split-keys", &c.split_keys.to_string()])
-            .args(["--snapshot-every", &c.snapshot_every.to_string()]);
+            .args(["--snapshot-every", &c.snapshot_every.to_string()])
+            .args(["--merge-keys", &c.merge_keys.to_string()]);
         if !c.preload {
             cmd.arg("--no-preload");
         }

@@ -77,6 +77,7 @@ pub struct Results {
     pub sweep: Vec<SweepRow>,
     pub capacity: Vec<CapacityRow>,
     pub splits: Option<SplitRun>,
+    pub merges: Option<crate::merges::MergeRun>,
     pub histories: Vec<HistoryRun>,
     pub lincheck: Option<serde_json::Value>,
     pub lincheck_exit: Option<i32>,
@@ -86,7 +87,7 @@ pub struct Results {
 const WORKLOADS: [Workload; 4] =
     [Workload::Search, Workload::Update, Workload::Insert, Workload::Mixed];
 
-fn phase(name: String, workload: Workload, clients: u32, seconds: f64) -> PhaseSpec {
+pub(crate) fn phase(name: String, workload: Workload, clients: u32, seconds: f64) -> PhaseSpec {
     PhaseSpec { name, workload, clients, seconds }
 }
 
@@ -141,7 +142,7 @@ fn rows(
         .collect()
 }
 
-fn config(s: &Setup, partitions: u64, capacity: u32) -> Config {
+pub(crate) fn config(s: &Setup, partitions: u64, capacity: u32) -> Config {
     Config {
         nodes: 3,
         partitions,
@@ -151,6 +152,7 @@ fn config(s: &Setup, partitions: u64, capacity: u32) -> Config {
         split_keys: 1 << 40,
         no_fsync: s.no_fsync,
         snapshot_every: s.snapshot_every,
+        merge_keys: 0,
     }
 }
 
@@ -371,6 +373,10 @@ pub async fn run_all(a: &RunArgs, root: &Path, out: &Path, work: &Path) -> Resul
     eprintln!("clusterlab: splits under load");
     let x = splits(&s, work, port).await;
     r.splits = note(&mut r, "splits", x);
+    port += 10;
+    eprintln!("clusterlab: merges under load");
+    let x = crate::merges::merges(&s, work, port).await;
+    r.merges = note(&mut r, "merges", x);
     port += 10;
     for h in 0..s.histories {
         eprintln!("clusterlab: history {h} (kill -9 and restart during the load)");

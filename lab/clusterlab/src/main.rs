@@ -18,6 +18,7 @@ mod csv;
 mod experiments;
 mod keys;
 mod load;
+mod merges;
 mod metrics;
 mod model;
 mod node;

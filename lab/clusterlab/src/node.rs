@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use bavl_cluster::load::LoadOptions;
 use bavl_cluster::log_store::Durability;
 use bavl_cluster::node::{raft_config, Node, NodeOptions};
 use bavl_cluster::range::RangeState;
@@ -51,6 +52,10 @@ pub struct NodeArgs {
     /// exported, serialised and fsynced); `bavl-cluster node` uses 2000.
     #[arg(long, default_value_t = 2000)]
     pub snapshot_every: u64,
+    /// The directory leader merges two neighbouring ranges once both hold at most this
+    /// many keys, however busy they are (0: never; `bavl-cluster node --merge-keys`).
+    #[arg(long, default_value_t = 0)]
+    pub merge_keys: u64,
     /// Cut the ranges over `--keys` but write none of them (histories need an empty store).
     #[arg(long)]
     pub no_preload: bool,
@@ -135,7 +140,8 @@ pub async fn run(a: NodeArgs) -> Result<()> {
         rebalance: false,
         replicas: peers.len(),
         seeds: peers.keys().copied().filter(|p| *p != a.id).collect(),
-        load: Default::default(),
+        // Merges under load, for the merges experiment: any load counts as cold.
+        load: LoadOptions { merge_keys: a.merge_keys, merge_load: u64::MAX, ..Default::default() },
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await

@@ -293,6 +293,19 @@ pub fn write(s: &Setup, r: &Results, out: &Path, elapsed: f64) -> Result<()> {
                "splits": sp.ranges_after.saturating_sub(sp.ranges_before),
                "split_keys": s.split_keys, "preloaded_keys": s.split_preload, "phases": phases})
     });
+    let merges = r.merges.as_ref().map(|m| {
+        let phases: Vec<Value> = m
+            .phases
+            .iter()
+            .filter(|p| p.name != "warmup")
+            .map(|p| json!({"phase": p.name, "workload": p.workload.map(wname), "kind": "measured", "metrics": metrics(p, None),
+                            "unknown_outcome_writes": p.unknown, "failed": p.failed}))
+            .collect();
+        json!({"ranges_before": m.ranges_before, "ranges_after": m.ranges_after, "merges": m.merges(),
+               "range_counts": m.range_counts.iter().map(|(t, n)| json!({"t_s": t, "ranges": n})).collect::<Vec<_>>(),
+               "merge_keys": s.merge_preload, "preloaded_keys": s.merge_preload, "phases": phases,
+               "note": "the planner merges neighbours holding at most merge_keys keys whatever their load (merge_load unbounded), after 3 report rounds of 2 s each, one merge at a time; range_counts polls the directory every 250 ms from the start of the load"})
+    });
     let histories: Vec<Value> = r
         .histories
         .iter()
@@ -310,7 +323,7 @@ pub fn write(s: &Setup, r: &Results, out: &Path, elapsed: f64) -> Result<()> {
         "machine": machine(),
         "elapsed_s": elapsed,
         "setup": s,
-        "placement": "3 node processes on loopback TCP (fsynced Raft logs unless setup.no_fsync); every range group and the directory group have one replica on each node (3 replicas per group); leaders wherever elections put them. Range groups are created at bootstrap (seed_group, as bavl-cluster's --bootstrap), cut evenly over the preloaded keys; no splits except in the splits and history experiments.",
+        "placement": "3 node processes on loopback TCP (fsynced Raft logs unless setup.no_fsync); every range group and the directory group have one replica on each node (3 replicas per group); leaders wherever elections put them. Range groups are created at bootstrap (seed_group, as bavl-cluster's --bootstrap), cut evenly over the preloaded keys; no splits except in the splits and history experiments, no merges except in the merges experiment.",
         "baseline": "partitions = 1: ONE non-partitioned Raft group (3 replicas) holding every key, beside the directory group (idle once the client cache is warm). This is the paper's baseline role (its BerkeleyDB-HA); reads go to the leader (read-index), not to any replica.",
         "update_efficiency_8": upd8,
         "headline_rule": "the headline figures are the default setting's (fsynced logs, bavl-cluster node's snapshot policy; every workload at 1, 2, 4, 8 partitions); figures_by_setting gives the other settings and the worst over all of them",
@@ -353,6 +366,7 @@ pub fn write(s: &Setup, r: &Results, out: &Path, elapsed: f64) -> Result<()> {
         "cache": cache,
         "capacity": capacity,
         "splits": splits,
+        "merges": merges,
         "linearizability": {"kind": "measured", "checker": "lab/lincheck (porcupine v1.3.1), scripts/install-lincheck.sh",
             "summary": r.lincheck, "exit": r.lincheck_exit, "histories": histories},
         "errors": r.errors,

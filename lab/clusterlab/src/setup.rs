@@ -22,6 +22,12 @@ pub struct Setup {
     pub split_keys: u64,
     pub split_phase_s: [f64; 3],
     pub split_clients: u32,
+    /// The merges experiment: ranges cut over `merge_preload` keys, merged (planner's
+    /// `merge_keys` = all of them) under an update load of `split_clients` clients for
+    /// `merge_phase_s[0]` s, then `merge_phase_s[1]` s more of the load on what is left.
+    pub merge_partitions: u64,
+    pub merge_preload: u64,
+    pub merge_phase_s: [f64; 2],
     pub histories: usize,
     pub history_s: f64,
     pub history_hot_keys: u64,
@@ -60,6 +66,9 @@ impl Setup {
             split_keys: if q { 1_200 } else { 2_400 },
             split_phase_s: if q { [1.0, 3.0, 1.0] } else { [4.0, 10.0, 4.0] },
             split_clients: 8,
+            merge_partitions: if q { 2 } else { 4 },
+            merge_preload: if q { 400 } else { 1_000 },
+            merge_phase_s: if q { [12.0, 2.0] } else { [36.0, 4.0] },
             histories: if q { 1 } else { 3 },
             history_s: if q { 6.0 } else { 12.0 },
             history_hot_keys: 64,
