@@ -40,6 +40,27 @@ pub fn keep_freed_memory() {
     }
 }
 
+/// For a process holding a store with a budget of chunk bodies (paging on): transparent
+/// huge pages off ([`no_transparent_huge_pages`]), and freed memory returned to the OS
+/// after [`BOUNDED_PURGE_DELAY_MS`] (unless `MIMALLOC_PURGE_DELAY` is set, which wins).
+/// Call it once the command knows it pages; it undoes [`keep_freed_memory`].
+///
+/// Why (measured, `docs/design.md` §8.5.1): a paged store's point is a bounded resident
+/// set, and keeping freed memory holds the high-water mark of every block's loads and
+/// copies; huge pages hold 2 MiB for any touched byte of a sparse heap. On 3M keys under a
+/// 128 MiB body budget (`docs/results/paged-alloc.json`, three runs each): peak RSS 390 MB
+/// kept and with huge pages, 340 MB without huge pages (the same CPU per block), 314 MB
+/// also purging after 1 s (+4% CPU per block), 295 MB purging after 10 ms (+9%).
+pub fn bounded_memory() {
+    no_transparent_huge_pages();
+    if std::env::var_os(PURGE_DELAY_ENV).is_none() {
+        set_purge_delay(BOUNDED_PURGE_DELAY_MS);
+    }
+}
+
+/// The purge delay of [`bounded_memory`], ms (mimalloc's own default).
+pub const BOUNDED_PURGE_DELAY_MS: i64 = 1000;
+
 /// Turns transparent huge pages off for the rest of the process: mimalloc stops asking for
 /// them (`madvise(MADV_HUGEPAGE)` on its arenas) and the kernel stops backing any of the
 /// process's memory with them (`prctl(PR_SET_THP_DISABLE)`, also what
@@ -91,7 +112,14 @@ fn purge_delay() -> i64 {
 mod tests {
     use super::*;
 
+    /// One test: the options are process-wide, and tests run on parallel threads.
     #[test]
+    fn options_are_recognised_and_set_in_turn() {
+        the_option_index_is_purge_delay();
+        the_option_index_is_allow_thp_and_huge_pages_go_off();
+        bounded_memory_purges_after_its_delay();
+    }
+
     fn the_option_index_is_purge_delay() {
         if std::env::var_os(PURGE_DELAY_ENV).is_some() {
             return; // the environment decides the value; nothing to recognise it by
@@ -103,7 +131,16 @@ mod tests {
         assert_eq!(purge_delay(), -1);
     }
 
-    #[test]
+    fn bounded_memory_purges_after_its_delay() {
+        if std::env::var_os(PURGE_DELAY_ENV).is_some() {
+            return;
+        }
+        keep_freed_memory();
+        bounded_memory();
+        assert_eq!(purge_delay(), BOUNDED_PURGE_DELAY_MS);
+        assert_eq!(option(ALLOW_THP), 0);
+    }
+
     fn the_option_index_is_allow_thp_and_huge_pages_go_off() {
         if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
             // Documented default 1; the neighbouring minimal_purge_size defaults to 0.

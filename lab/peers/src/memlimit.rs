@@ -33,9 +33,9 @@ pub struct CgroupArgs {
     keys: Option<Vec<u64>>,
     /// Stores, comma-separated, run in this order at each key count: the Rust stores of
     /// `bavl-peers list`, and `bavl-purge` and `bavl-paged-purge`: bavl and bavl-paged with
-    /// mimalloc returning freed memory to the OS after its default delay
-    /// (MIMALLOC_PURGE_DELAY=10) instead of keeping it as the `bavl` binary does
-    /// (`bavl_alloc::keep_freed_memory`).
+    /// mimalloc returning freed memory to the OS after 10 ms (MIMALLOC_PURGE_DELAY=10)
+    /// instead of keeping it as the in-memory `bavl` does (`bavl_alloc::keep_freed_memory`)
+    /// or after 1 s as a paged one does (`bavl_alloc::bounded_memory`).
     #[arg(long, value_delimiter = ',', default_value = "nomt,bavl,bavl-paged,bavl-paged-cached")]
     stores: Vec<String>,
     /// The memory limit of each store's group, e.g. 2GiB (default 2GiB; 1GiB with --quick:
@@ -118,7 +118,7 @@ const NOTES: &[&str] = &[
     "ram_bytes_per_key and cgroup_bytes_per_key: rss_peak_bytes and cgroup_peak_before_readback_bytes over keys_final; disk_bytes_per_key: the store directory's allocated bytes after the run over keys_final.",
     "write_bytes_per_op and read_bytes_per_op: /proc/self/io write_bytes and read_bytes of the child over the measured blocks, per operation (all threads, io_uring workers included; buffered writes count when dirtied); pages_4k_read_per_op = read_bytes_per_op / 4096.",
     "The block stream is written by the parent (outside the group), so the child reads it from the page cache charged to the parent; the parent holds the generated state in a BTreeMap while generating (not charged to the group).",
-    "Every child runs on mimalloc told to keep the memory it frees (bavl_alloc::keep_freed_memory, as the `bavl` binary ships), so a process's resident set never falls below its high-water mark; `bavl-purge` is bavl with MIMALLOC_PURGE_DELAY=10 (mimalloc's default: freed memory returned to the OS after 10 ms). nomt's page pool is its own mmap and never shrinks either way.",
+    "Every child runs on mimalloc told to keep the memory it frees (bavl_alloc::keep_freed_memory, as the `bavl` binary ships), so a process's resident set never falls below its high-water mark; except bavl-paged, which (as `bavl --cache-mib` does) calls bavl_alloc::bounded_memory: no transparent huge pages, freed memory returned to the OS after 1 s. `bavl-purge` and `bavl-paged-purge` run with MIMALLOC_PURGE_DELAY=10 (freed memory returned after 10 ms). nomt's page pool is its own mmap and never shrinks either way.",
     "The final state (key count and digest of every key the stream ever wrote) is checked by a second child process outside the memory group, after the measured one has closed the store: that read-back holds the sorted list of keys (200 MB at 10M) and is a check, not a measurement (inside the group, nomt at 10M was OOM-killed by it after its last block).",
     "reopen_s: opening the closed store again inside the same group (bavl: Store::open, checkpoint load + log replay; nomt: Nomt::open).",
 ];
