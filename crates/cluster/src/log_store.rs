@@ -109,6 +109,17 @@ impl LogStore {
     pub async fn group_syncs(&self) -> u64 {
         self.inner.lock().await.group_syncs
     }
+
+    /// Saves `vote` (synced) unless the log holds a vote at least as new. Used before
+    /// openraft opens the log of a replica re-created empty on a node that deleted its
+    /// replica of the group: the vote it had must not be forgotten (see `moves`).
+    pub async fn raise_vote(&self, vote: typ::Vote) -> std::io::Result<()> {
+        let mut inner = self.inner.lock().await;
+        if inner.vote.is_some_and(|v| v >= vote) {
+            return Ok(());
+        }
+        inner.write(Record::Vote(vote), true)
+    }
 }
 
 /// Writes a new group's log: empty, purged up to `upto` (the group starts from a snapshot
@@ -118,6 +129,19 @@ pub fn seed(path: &Path, upto: typ::LogId) -> std::io::Result<()> {
         Inner { path: path.to_path_buf(), durability: Some(Durability::Fsync), ..Inner::default() };
     inner.file = Some(File::create(path)?);
     inner.write(Record::Purge(upto), true)
+}
+
+/// The vote held by the log file at `path` (none if there is no file), read without
+/// opening the log: for a replica being deleted, whose vote must outlive it (see `moves`).
+pub fn stored_vote(path: &Path) -> std::io::Result<Option<typ::Vote>> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut inner = Inner::default();
+    replay(&bytes, &mut inner);
+    Ok(inner.vote)
 }
 
 /// Applies every intact record of `bytes` to `inner`; returns the length of the intact prefix.

@@ -19,7 +19,13 @@
 //! it. A removed replica is **deleted**: a marker `tombstone-<id>` is written (a split
 //! re-applied after a restart does not seed the group again), its directory is renamed
 //! `removed-group-<id>` and then removed (a crash in between leaves the renamed directory,
-//! deleted on the next start). It learns of its removal by a `Tombstone { conf_ver, index }`
+//! deleted on the next start). The marker keeps the replica's **vote** (Raft's rule that a
+//! node never forgets its vote outlives the replica): a replica of the group re-created
+//! empty here by a later message starts from it, so a leader deposed while this node
+//! followed a newer one (cut off, it may not know yet) is refused, not followed: followed,
+//! it would find the log it had counted as matched here gone (openraft's leader cannot
+//! handle a follower's log going backwards) and could count the empty replica's
+//! acknowledgements in its old configuration. It learns of its removal by a `Tombstone { conf_ver, index }`
 //! message from the mover (refused if its replica is newer, empty, or its log names it in a
 //! configuration after `index`) or, failing that, by the garbage check of its node
 //! ([`Node::collect_garbage`]): a replica whose group's descriptor in the directory leaves
@@ -40,11 +46,24 @@ use openraft::{BasicNode, ChangeMembers};
 use crate::consensus::{Consensus, OpenraftGroup};
 use crate::msg::{BoxFuture, ClientOp, ClientReply, ClientRequest, Message, ReplicaInfo};
 use crate::node::Node;
-use crate::sm::{group_dir, tombstone_file};
+use crate::sm::group_dir;
 use crate::types::{Epoch, GroupId, NodeId, NodeInfo, RangeDesc, DIRECTORY_GROUP};
 
 /// Directory name prefix of a tombstoned replica being deleted.
 pub const REMOVED_PREFIX: &str = "removed-group-";
+
+/// Deletes `removed-group-<g>` (a replica being deleted) if present, after raising the
+/// tombstone marker's vote to the one its log holds.
+pub(crate) fn salvage_removed(node_dir: &std::path::Path, g: GroupId) -> std::io::Result<()> {
+    let gone = node_dir.join(format!("{REMOVED_PREFIX}{g}"));
+    if !gone.exists() {
+        return Ok(());
+    }
+    let vote = crate::log_store::stored_vote(&gone.join(crate::sm::LOG_FILE))?;
+    crate::sm::raise_tombstone(node_dir, g, vote)?;
+    std::fs::remove_dir_all(&gone)
+}
+
 /// How long step 2 waits for the learner.
 pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(20);
 /// Ticks after which a leader removes learners no move of its own is waiting for.
@@ -307,23 +326,23 @@ impl Node {
         }
     }
 
-    /// Deletes the replica of `g`: leave a tombstone marker (a split re-applied after a
-    /// restart does not create the group again), rename its directory (from then on a
-    /// restart does not see it), stop it, delete the renamed directory.
+    /// Deletes the replica of `g`: leave a tombstone marker holding the replica's vote (a
+    /// split re-applied after a restart does not create the group again; a replica
+    /// re-created empty by a message starts from that vote), rename its directory (from
+    /// then on a restart does not see it), stop it, raise the marker's vote to the one the
+    /// stopped replica's log holds, delete the renamed directory. A crash before the last
+    /// step leaves the renamed directory, whose vote the next start moves to the marker
+    /// before deleting it ([`salvage_removed`]).
     pub(crate) async fn remove_replica(&self, g: GroupId) -> std::io::Result<()> {
         let dir = group_dir(&self.opts.dir, g);
         let gone = self.opts.dir.join(format!("{REMOVED_PREFIX}{g}"));
-        crate::sm::write_atomic(&tombstone_file(&self.opts.dir, g), b"")?;
-        if gone.exists() {
-            std::fs::remove_dir_all(&gone)?;
-        }
+        let vote = self.group(g).map(|group| group.raft.metrics().borrow().vote);
+        crate::sm::raise_tombstone(&self.opts.dir, g, vote)?;
+        salvage_removed(&self.opts.dir, g)?;
         if dir.exists() {
             std::fs::rename(&dir, &gone)?;
         }
         self.stop_group(g).await;
-        if gone.exists() {
-            std::fs::remove_dir_all(&gone)?;
-        }
-        Ok(())
+        salvage_removed(&self.opts.dir, g)
     }
 }

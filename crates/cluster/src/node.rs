@@ -140,9 +140,13 @@ impl Node {
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Some(g) = name.strip_prefix("group-").and_then(|g| g.parse::<GroupId>().ok()) {
                 ids.push(g);
-            } else if name.starts_with(crate::moves::REMOVED_PREFIX) {
-                // A tombstoned replica whose deletion a crash interrupted.
-                std::fs::remove_dir_all(entry.path())?;
+            } else if let Some(g) = name.strip_prefix(crate::moves::REMOVED_PREFIX) {
+                // A tombstoned replica whose deletion a crash interrupted (its vote goes
+                // to the marker first).
+                match g.parse::<GroupId>() {
+                    Ok(g) => crate::moves::salvage_removed(&node.opts.dir, g)?,
+                    Err(_) => std::fs::remove_dir_all(entry.path())?,
+                }
             }
         }
         ids.sort_unstable();
@@ -225,6 +229,14 @@ impl Node {
             config.snapshot_policy = openraft::SnapshotPolicy::Never;
         }
         let log = LogStore::open(&gdir.join(LOG_FILE), self.opts.durability)?;
+        if empty && !gdir.join(SNAPSHOT_FILE).exists() {
+            // A replica this node deleted before, re-created by a message: it must not
+            // forget the vote it had, or it would follow a stale leader of an older term,
+            // which would see the log it counted as matched here gone (see `moves`).
+            if let Some(vote) = crate::sm::read_tombstone(&self.opts.dir, g)?.and_then(|t| t.vote) {
+                log.raise_vote(vote).await?;
+            }
+        }
         let net = GroupNet { node: self.id, group: g, transport: self.transport.clone() };
         let raft = typ::Raft::new(self.id, Arc::new(config), net, log, sm.clone())
             .await

@@ -197,6 +197,49 @@ pub fn tombstone_file(node_dir: &Path, id: GroupId) -> PathBuf {
     node_dir.join(format!("tombstone-{id}"))
 }
 
+/// What a tombstone marker holds: the vote of the deleted replica (the newest of the
+/// replicas of the group this node deleted). Raft requires a node never to forget its vote;
+/// a replica re-created empty by a message of its group starts from this one, so it never
+/// accepts a leader of an older term than one it had already followed (see `moves`).
+/// An empty marker (older versions) holds no vote.
+#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq, Eq)]
+pub struct Tombstone {
+    pub vote: Option<typ::Vote>,
+}
+
+/// The tombstone marker of group `id`, if this node ever deleted a replica of it.
+pub fn read_tombstone(node_dir: &Path, id: GroupId) -> std::io::Result<Option<Tombstone>> {
+    match std::fs::read(tombstone_file(node_dir, id)) {
+        Ok(bytes) if bytes.is_empty() => Ok(Some(Tombstone::default())),
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(std::io::Error::other),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes (durably) the tombstone marker of group `id`, keeping the newer of the vote it
+/// held and `vote`. The vote is kept uncommitted: it has to refuse leaders of older terms
+/// (and other candidates of its term), not to grant anything; a committed vote naming this
+/// node could make openraft restore a leader's state when the replica starts.
+pub fn raise_tombstone(
+    node_dir: &Path,
+    id: GroupId,
+    vote: Option<typ::Vote>,
+) -> std::io::Result<()> {
+    let existing = read_tombstone(node_dir, id)?;
+    let old = existing.clone().unwrap_or_default();
+    let vote = vote.map(|v| typ::Vote::new(v.leader_id.term, v.leader_id.node_id));
+    let vote = match (old.vote, vote) {
+        (Some(a), Some(b)) if a >= b => Some(a),
+        (a, b) => b.or(a),
+    };
+    if existing.is_some() && old.vote == vote {
+        return Ok(());
+    }
+    let marker = Tombstone { vote };
+    write_atomic(&tombstone_file(node_dir, id), &serde_json::to_vec(&marker)?)
+}
+
 /// Reads a JSON file if it exists; a file that does not decode is an error, not absence.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<Option<T>> {
     match std::fs::read(path) {

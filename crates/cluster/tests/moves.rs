@@ -137,3 +137,65 @@ async fn rebalance() {
 fn the_rebalancer_fills_an_added_node_and_empties_a_drained_one() {
     runtime().block_on(rebalance());
 }
+
+/// A replica deleted after a move and re-created empty by a message of a leader already
+/// deposed must not follow that leader. Before a deleted replica's vote was kept (in its
+/// `tombstone-<id>` marker), the re-created replica had no vote, accepted the stale leader's
+/// term and answered with an empty log, which that leader had counted as matched: a
+/// follower's log gone backwards, which killed the stale leader's Raft task with openraft's
+/// "attempt to subtract with overflow" (`calc_mid`) in the merges-with-moves sweeps, and
+/// would let the stale leader count the empty replica's acknowledgements in its old
+/// configuration.
+#[test]
+fn a_deleted_replica_re_created_by_a_stale_leader_keeps_its_vote() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SimOptions { nodes: 4, split_keys: u64::MAX, ..SimOptions::new(5, dir.path()) };
+        let cluster = SimCluster::start(opts).await.unwrap();
+        write(&cluster, 0..50).await;
+        let (stale, group) = cluster.leader(1, Duration::from_secs(5)).await.expect("a leader");
+        let stale_term = group.raft.metrics().borrow().vote.leader_id.term;
+        // The leader is cut off (it goes on leading its term in its own view); the two others
+        // elect a new leader, which moves the third replica to node 4: that replica is
+        // deleted on its tombstone.
+        cluster.net.isolate(stale.id, true);
+        let start = tokio::time::Instant::now();
+        let new = loop {
+            let live = cluster.net.live().into_iter().filter(|n| n.id != stale.id);
+            let led =
+                live.into_iter().find(|n| n.group(1).is_some_and(|g| g.leader() == Some(n.id)));
+            if let Some(n) = led {
+                break n;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no new leader");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let third =
+            *group.sm.desc().replicas.iter().find(|n| **n != stale.id && **n != new.id).unwrap();
+        new.move_replica(1, third, 4).await.expect("the move completes");
+        let deleted = cluster.net.node(third).unwrap();
+        assert!(deleted.group(1).is_none(), "node {third} still hosts group 1");
+        let node_dir = dir.path().join(format!("node-{third}"));
+        let kept = bavl_cluster::sm::read_tombstone(&node_dir, 1).unwrap().expect("a marker");
+        let kept = kept.vote.expect("the marker holds the vote");
+        assert!(kept.leader_id.term > stale_term, "{kept} vs term {stale_term}");
+        // Only the stale leader and the node that deleted its replica are left; the stale
+        // leader reaches it again, and its messages re-create the replica there, empty.
+        cluster.crash(new.id).await;
+        cluster.crash(4).await;
+        cluster.net.isolate(stale.id, false);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let recreated = deleted.group(1).expect("re-created by the stale leader's messages");
+        let vote = recreated.raft.metrics().borrow().vote;
+        assert!(vote.leader_id.term > stale_term, "the re-created replica forgot its vote: {vote}");
+        let m = stale.group(1).unwrap().raft.metrics().borrow().clone();
+        assert!(m.running_state.is_ok(), "the stale leader's Raft task: {:?}", m.running_state);
+        assert!(m.vote.leader_id.term > stale_term, "the stale leader was not deposed: {}", m.vote);
+        // The others come back: one group, every write there.
+        cluster.restart(new.id).await.unwrap();
+        cluster.restart(4).await.unwrap();
+        cluster.converge(Duration::from_secs(30)).await.unwrap();
+        read_back(&cluster, 50).await;
+        cluster.shutdown().await;
+    });
+}
