@@ -1,11 +1,8 @@
 //! The durable Raft log of one group: an append-only file of framed records.
 //!
-//! Guarantees: every `append` (one batch of entries from openraft) is one record written
-//! before `append` returns; under [`Durability::Fsync`] openraft is told it is flushed only
-//! after an `fsync` that began after the write, so an acknowledged entry survives a crash.
-//! The syncs are done off the async threads by a flusher task, which syncs once for every
-//! append written while the previous sync ran (group commit: a leader gets one append per
-//! client write, so one fsync per write before), and completes them in order. Votes are fsynced before `save_vote` returns. The
+//! Guarantees: every `append` (one batch of entries from openraft) is one record written and
+//! then, under [`Durability::Fsync`], one `fsync` before openraft is told it is flushed, so an
+//! acknowledged entry survives a crash. Votes are fsynced before `save_vote` returns. The
 //! committed index is written without a sync (openraft allows it to lag). Truncations and
 //! purges are records too; after a failed write or sync the log refuses further writes
 //! (what reached the disk is unknown) until reopened; reopening replays the file and stops at the first torn or
@@ -36,12 +33,8 @@ pub const MAX_RECORD: usize = 64 << 20;
 /// was written), so it may skip syncs; a real node always syncs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Durability {
-    /// Every write synced before it is acknowledged; appends share syncs (group commit).
     Fsync,
     NoSync,
-    /// As `Fsync`, but each append synced on its own inside `append` (one fsync per append:
-    /// the behaviour before group commit, kept to measure it against; `docs/cluster.md` §11).
-    FsyncEachAppend,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -67,12 +60,6 @@ struct Inner {
     records: u64,
     /// A write or sync failed: what reached the disk is unknown, so refuse further writes.
     poisoned: bool,
-    /// Appends written and not yet synced, in order (see [`flush_rounds`]).
-    unsynced: Vec<LogFlushed<TypeConfig>>,
-    /// A flusher task is running for this log.
-    flushing: bool,
-    /// Syncs done by the flusher (for measurements).
-    group_syncs: u64,
 }
 
 /// One group's durable log; cheap to clone (shared inner).
@@ -102,12 +89,6 @@ impl LogStore {
         }
         inner.file = Some(file);
         Ok(LogStore { inner: Arc::new(Mutex::new(inner)) })
-    }
-
-    /// Syncs the flusher has done for appends (each covering every append written before
-    /// it began).
-    pub async fn group_syncs(&self) -> u64 {
-        self.inner.lock().await.group_syncs
     }
 
     /// Saves `vote` (synced) unless the log holds a vote at least as new. Used before
@@ -201,8 +182,7 @@ impl Inner {
         frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         frame.extend_from_slice(&payload);
-        let durable =
-            matches!(self.durability, Some(Durability::Fsync | Durability::FsyncEachAppend));
+        let durable = self.durability == Some(Durability::Fsync);
         let file = self.file.as_mut().expect("open log has a file");
         file.write_all(&frame)?;
         if sync && durable {
@@ -237,41 +217,6 @@ impl Inner {
         self.file = Some(file);
         self.records = fresh.records;
         Ok(())
-    }
-}
-
-fn echo(e: &std::io::Error) -> std::io::Error {
-    std::io::Error::new(e.kind(), e.to_string())
-}
-
-/// The flusher (a blocking task, one at a time per log): takes the appends written so far,
-/// syncs the file once, completes them in order; again while more were written meanwhile.
-/// Each sync began after the writes it completes (they were written under the lock the
-/// flusher took them under). A failed sync poisons the log and fails those appends.
-fn flush_rounds(shared: &Mutex<Inner>) {
-    loop {
-        let (file, waiting) = {
-            let mut inner = shared.blocking_lock();
-            if inner.unsynced.is_empty() {
-                inner.flushing = false;
-                return;
-            }
-            let waiting = std::mem::take(&mut inner.unsynced);
-            let file = match (&inner.file, inner.poisoned) {
-                (Some(f), false) => f.try_clone(),
-                _ => Err(std::io::Error::other("an earlier write to this log failed; reopen it")),
-            };
-            (file, waiting)
-        };
-        let res = file.and_then(|f| f.sync_data());
-        {
-            let mut inner = shared.blocking_lock();
-            inner.poisoned |= res.is_err();
-            inner.group_syncs += 1;
-        }
-        for callback in waiting {
-            callback.log_io_completed(res.as_ref().map(|_| ()).map_err(echo));
-        }
     }
 }
 
@@ -334,26 +279,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = typ::Entry>,
     {
         let entries: Vec<_> = entries.into_iter().collect();
-        let mut inner = self.inner.lock().await;
-        // Written (readable) now; durable once the flusher's next sync is done.
-        let each = inner.durability == Some(Durability::FsyncEachAppend);
-        if let Err(e) = inner.write(Record::Entries(entries), each) {
-            callback.log_io_completed(Err(echo(&e)));
-            return Err(io_err(ErrorVerb::Write, e));
-        }
-        if inner.durability != Some(Durability::Fsync) {
-            // Synced above (each append) or not at all (no sync).
-            drop(inner);
-            callback.log_io_completed(Ok(()));
-            return Ok(());
-        }
-        inner.unsynced.push(callback);
-        if !inner.flushing {
-            inner.flushing = true;
-            let shared = self.inner.clone();
-            tokio::task::spawn_blocking(move || flush_rounds(&shared));
-        }
-        Ok(())
+        let res = self.inner.lock().await.write(Record::Entries(entries), true);
+        let echo =
+            res.as_ref().map(|_| ()).map_err(|e| std::io::Error::new(e.kind(), e.to_string()));
+        callback.log_io_completed(echo);
+        res.map_err(|e| io_err(ErrorVerb::Write, e))
     }
 
     async fn truncate(&mut self, log_id: typ::LogId) -> Result<(), typ::StorageError> {

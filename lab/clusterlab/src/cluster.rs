@@ -27,8 +27,6 @@ pub struct Config {
     pub capacity: u32,
     pub split_keys: u64,
     pub no_fsync: bool,
-    /// Each Raft append fsynced on its own (no group commit).
-    pub fsync_each_append: bool,
     pub snapshot_every: u64,
     /// The directory leader merges neighbouring ranges holding at most this many keys (0:
     /// never), whatever their load.
@@ -86,9 +84,6 @@ impl LabCluster {
             .args(["--merge-keys", &c.merge_keys.to_string()]);
         if !c.preload {
             cmd.arg("--no-preload");
-        }
-        if c.fsync_each_append {
-            cmd.arg("--fsync-each-append");
         }
         if c.no_fsync {
             cmd.arg("--no-fsync");

@@ -40,8 +40,7 @@ pub struct SweepRow {
     pub workload: Workload,
     pub cache: bool,
     /// `default` (fsynced logs, log-compaction snapshots every `snapshot_every` entries, as
-    /// `bavl-cluster node`), `no_snapshots`, `no_fsync`, `fsync_each_append` or
-    /// `equal_group_load`.
+    /// `bavl-cluster node`), `no_snapshots` or `no_fsync`.
     pub setting: String,
     pub latency: PhaseResult,
     pub throughput: PhaseResult,
@@ -152,7 +151,6 @@ pub(crate) fn config(s: &Setup, partitions: u64, capacity: u32) -> Config {
         capacity,
         split_keys: 1 << 40,
         no_fsync: s.no_fsync,
-        fsync_each_append: false,
         snapshot_every: s.snapshot_every,
         merge_keys: 0,
     }
@@ -203,7 +201,6 @@ async fn setting_one(
     let cfg = match setting {
         "no_snapshots" => Config { snapshot_every: s.no_snapshot_every, ..base },
         "no_fsync" => Config { no_fsync: true, ..base },
-        "fsync_each_append" => Config { fsync_each_append: true, ..base },
         "equal_group_load" => base,
         other => bail!("unknown setting {other}"),
     };

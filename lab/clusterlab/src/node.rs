@@ -48,9 +48,6 @@ pub struct NodeArgs {
     pub split_keys: u64,
     #[arg(long)]
     pub no_fsync: bool,
-    /// Fsync each Raft append on its own, as before group commit (to measure it).
-    #[arg(long)]
-    pub fsync_each_append: bool,
     /// Raft log entries between two log-compaction snapshots of a group (the whole range
     /// exported, serialised and fsynced); `bavl-cluster node` uses 2000.
     #[arg(long, default_value_t = 2000)]
@@ -131,11 +128,7 @@ pub async fn run(a: NodeArgs) -> Result<()> {
     let transport = TcpTransport::new(peers.clone(), Duration::from_secs(3));
     let opts = NodeOptions {
         dir: a.dir.clone(),
-        durability: match (a.no_fsync, a.fsync_each_append) {
-            (true, _) => Durability::NoSync,
-            (false, true) => Durability::FsyncEachAppend,
-            (false, false) => Durability::Fsync,
-        },
+        durability: if a.no_fsync { Durability::NoSync } else { Durability::Fsync },
         // The settings of `bavl-cluster node` (unless --snapshot-every says otherwise).
         raft: raft_config(100, 600, a.snapshot_every),
         split_keys: a.split_keys,

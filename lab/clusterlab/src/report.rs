@@ -332,7 +332,6 @@ pub fn write(s: &Setup, r: &Results, out: &Path, elapsed: f64) -> Result<()> {
             "default": "fsynced Raft logs, a log-compaction snapshot every 2000 entries (bavl-cluster node's settings); every workload, every partition count",
             "no_snapshots": "as default but no log-compaction snapshot during the load: a snapshot exports, serialises and fsyncs a whole range, so its cost per write grows with the range's size and partitioning divides it; search and update at 1 and 8 partitions",
             "equal_group_load": "as default but with setup.throughput_clients x P concurrent clients, so each group of P = 8 sees as many clients as the single group of P = 1 and batches its Raft rounds as much (with the same total, a group of P = 8 gets 1/8 of the clients and pays more Raft rounds per operation); search and update at 1 and 8 partitions",
-            "fsync_each_append": "as default but each Raft append is fsynced on its own inside the log store's append (the log before group commit: a leader gets one append per client write, so one fsync per write); search and update at 1 and 8 partitions",
             "no_fsync": "as default but the Raft logs are not fsynced: with a ~4 ms fdatasync here one Raft group's throughput is bound by its fsync rounds, not its CPU; without the wait the leaders become CPU-bound (the model's premise); search and update at 1 and 8 partitions",
         },
         "search_efficiency_8": sea8,

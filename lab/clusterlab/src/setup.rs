@@ -40,8 +40,7 @@ pub struct Setup {
     /// (no log-compaction snapshot during the load, separating the snapshot's cost, which
     /// grows with a range's size) and `no_fsync` (no fsync wait: the leaders become
     /// CPU-bound, the premise of the model, instead of bound by one fsync per Raft round),
-    /// `fsync_each_append` (as default, but each Raft append fsynced on its own: the log
-    /// before group commit), `equal_group_load` (as default, but `throughput_clients` x P clients, so every group
+    /// `equal_group_load` (as default, but `throughput_clients` x P clients, so every group
     /// sees as many concurrent clients as the one group of P = 1, and batches as much).
     pub setting_partitions: Vec<u64>,
     pub settings: Vec<String>,
@@ -81,12 +80,7 @@ impl Setup {
             settings: if q {
                 vec!["equal_group_load".into()]
             } else {
-                vec![
-                    "no_snapshots".into(),
-                    "no_fsync".into(),
-                    "fsync_each_append".into(),
-                    "equal_group_load".into(),
-                ]
+                vec!["no_snapshots".into(), "no_fsync".into(), "equal_group_load".into()]
             },
             no_snapshot_every: 1 << 40,
         }
