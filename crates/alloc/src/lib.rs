@@ -40,17 +40,20 @@ pub fn keep_freed_memory() {
     }
 }
 
-/// For a process holding a store with a budget of chunk bodies (paging on): transparent
-/// huge pages off ([`no_transparent_huge_pages`]), and freed memory returned to the OS
-/// after [`BOUNDED_PURGE_DELAY_MS`] (unless `MIMALLOC_PURGE_DELAY` is set, which wins).
-/// Call it once the command knows it pages; it undoes [`keep_freed_memory`].
+/// For a process holding a store with a budget of chunk bodies (paging on) that would
+/// rather have a smaller resident set than the last bit of speed: transparent huge pages
+/// off ([`no_transparent_huge_pages`]), and freed memory returned to the OS after
+/// [`BOUNDED_PURGE_DELAY_MS`] (unless `MIMALLOC_PURGE_DELAY` is set, which wins). It undoes
+/// [`keep_freed_memory`]. Opt-in: no bavl binary calls it yet (the lab's
+/// `bavl-paged-bounded` store sets the same by environment).
 ///
-/// Why (measured, `docs/design.md` §8.5.1): a paged store's point is a bounded resident
-/// set, and keeping freed memory holds the high-water mark of every block's loads and
-/// copies; huge pages hold 2 MiB for any touched byte of a sparse heap. On 3M keys under a
-/// 128 MiB body budget (`docs/results/paged-alloc.json`, three runs each): peak RSS 390 MB
-/// kept and with huge pages, 340 MB without huge pages (the same CPU per block), 314 MB
-/// also purging after 1 s (+4% CPU per block), 295 MB purging after 10 ms (+9%).
+/// Measured (`docs/design.md`, allocator decisions): on 3M keys under a 128 MiB body budget
+/// (`docs/results/paged-alloc.json`, three runs each) peak RSS 390 MB as shipped, 340 MB
+/// without huge pages (the same CPU per block), 314 MB also purging after 1 s (+4% CPU
+/// per block), 295 MB purging after 10 ms (+9%). At 30M keys, one run with it
+/// (`docs/results/paged-30m-bounded.json`, a CI run beside it) gave 1,126 MB against
+/// 1,188 MB before and blocks twice as slow; not separated from the load beside it, so it
+/// is not the default.
 pub fn bounded_memory() {
     no_transparent_huge_pages();
     if std::env::var_os(PURGE_DELAY_ENV).is_none() {

@@ -155,9 +155,6 @@ pub fn open_with(
         // of --preload and bavl-paged-cached, which evict nothing, keep the in-memory
         // store's, so that the cached run differs from `bavl` by the paged code path alone.
         let opts = if bytes < CACHED_BUDGET_BYTES {
-            // As the `bavl` binary does when it pages (`--cache-mib`).
-            #[cfg(feature = "mimalloc")]
-            bavl_alloc::bounded_memory();
             Options::paged(bytes)
         } else {
             Options { cache_bytes: Some(bytes), ..Options::default() }

@@ -34,8 +34,9 @@ pub struct CgroupArgs {
     /// Stores, comma-separated, run in this order at each key count: the Rust stores of
     /// `bavl-peers list`, and `bavl-purge` and `bavl-paged-purge`: bavl and bavl-paged with
     /// mimalloc returning freed memory to the OS after 10 ms (MIMALLOC_PURGE_DELAY=10)
-    /// instead of keeping it as the in-memory `bavl` does (`bavl_alloc::keep_freed_memory`)
-    /// or after 1 s as a paged one does (`bavl_alloc::bounded_memory`).
+    /// instead of keeping it (`bavl_alloc::keep_freed_memory`), and `bavl-paged-bounded`:
+    /// bavl-paged with no transparent huge pages and freed memory returned after 1 s
+    /// (`bavl_alloc::bounded_memory`, by environment).
     #[arg(long, value_delimiter = ',', default_value = "nomt,bavl,bavl-paged,bavl-paged-cached")]
     stores: Vec<String>,
     /// The memory limit of each store's group, e.g. 2GiB (default 2GiB; 1GiB with --quick:
@@ -118,7 +119,7 @@ const NOTES: &[&str] = &[
     "ram_bytes_per_key and cgroup_bytes_per_key: rss_peak_bytes and cgroup_peak_before_readback_bytes over keys_final; disk_bytes_per_key: the store directory's allocated bytes after the run over keys_final.",
     "write_bytes_per_op and read_bytes_per_op: /proc/self/io write_bytes and read_bytes of the child over the measured blocks, per operation (all threads, io_uring workers included; buffered writes count when dirtied); pages_4k_read_per_op = read_bytes_per_op / 4096.",
     "The block stream is written by the parent (outside the group), so the child reads it from the page cache charged to the parent; the parent holds the generated state in a BTreeMap while generating (not charged to the group).",
-    "Every child runs on mimalloc told to keep the memory it frees (bavl_alloc::keep_freed_memory, as the `bavl` binary ships), so a process's resident set never falls below its high-water mark; except bavl-paged, which (as `bavl --cache-mib` does) calls bavl_alloc::bounded_memory: no transparent huge pages, freed memory returned to the OS after 1 s. `bavl-purge` and `bavl-paged-purge` run with MIMALLOC_PURGE_DELAY=10 (freed memory returned after 10 ms). nomt's page pool is its own mmap and never shrinks either way.",
+    "Every child runs on mimalloc told to keep the memory it frees (bavl_alloc::keep_freed_memory, as the `bavl` binary ships), so a process's resident set never falls below its high-water mark. `bavl-purge` and `bavl-paged-purge` run with MIMALLOC_PURGE_DELAY=10 (freed memory returned after 10 ms); `bavl-paged-bounded` with MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=1000 (what bavl_alloc::bounded_memory sets: no transparent huge pages, freed memory returned after 1 s). nomt's page pool is its own mmap and never shrinks either way.",
     "The final state (key count and digest of every key the stream ever wrote) is checked by a second child process outside the memory group, after the measured one has closed the store: that read-back holds the sorted list of keys (200 MB at 10M) and is a check, not a measurement (inside the group, nomt at 10M was OOM-killed by it after its last block).",
     "reopen_s: opening the closed store again inside the same group (bavl: Store::open, checkpoint load + log replay; nomt: Nomt::open).",
 ];
@@ -163,11 +164,15 @@ pub fn nomt_cache_mib(limit: u64) -> usize {
 }
 
 /// The child's store and environment for a store name of this subcommand.
-fn child_store(name: &str) -> (&str, Option<(&'static str, &'static str)>) {
+fn child_store(name: &str) -> (&str, &'static [(&'static str, &'static str)]) {
     match name {
-        "bavl-purge" => ("bavl", Some(("MIMALLOC_PURGE_DELAY", "10"))),
-        "bavl-paged-purge" => ("bavl-paged", Some(("MIMALLOC_PURGE_DELAY", "10"))),
-        n => (n, None),
+        "bavl-purge" => ("bavl", &[("MIMALLOC_PURGE_DELAY", "10")]),
+        "bavl-paged-purge" => ("bavl-paged", &[("MIMALLOC_PURGE_DELAY", "10")]),
+        // What `bavl_alloc::bounded_memory` sets, by environment.
+        "bavl-paged-bounded" => {
+            ("bavl-paged", &[("MIMALLOC_ALLOW_THP", "0"), ("MIMALLOC_PURGE_DELAY", "1000")])
+        }
+        n => (n, &[]),
     }
 }
 
@@ -243,7 +248,7 @@ pub fn run(a: CgroupArgs) -> Result<()> {
                 eprintln!("\n== {name}, {keys} keys: loading outside the memory group ==");
                 let mut c = Command::new(std::env::current_exe()?);
                 c.arg("child").args(["--store", store]).arg("--stream").arg(&stream_path);
-                c.envs(env).arg("--dir").arg(&pre_dir).arg("--load-only");
+                c.envs(env.iter().copied()).arg("--dir").arg(&pre_dir).arg("--load-only");
                 c.arg("--expected-keys").arg(expected.keys.to_string());
                 c.arg("--load-batch").arg(PRELOAD_BATCH.to_string());
                 c.arg("--bavl-cache-mib").arg((adapters::CACHED_BUDGET_BYTES >> 20).to_string());
@@ -284,7 +289,7 @@ pub fn run(a: CgroupArgs) -> Result<()> {
                 // starts with nothing of them cached.
                 drop_page_cache()?;
                 let g = MemCgroup::create(&format!("{name}-{keys}"), limit)?;
-                c.envs(env);
+                c.envs(env.iter().copied());
                 c.arg("--dir").arg(&store_dir);
                 c.arg("--expected-keys").arg(expected.keys.to_string());
                 c.arg("--cgroup").arg(g.path()).arg("--reopen").arg("--no-read-back");

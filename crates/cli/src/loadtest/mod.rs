@@ -200,9 +200,6 @@ pub fn sample_proofs(
 pub fn run(args: &LoadtestArgs) -> Result<ExitCode> {
     let mix = mix(args)?;
     let opts = options(args)?;
-    if opts.cache_bytes.is_some() {
-        crate::store_cmds::bounded_memory();
-    }
     let db = &args.db;
     let hidden = args.quiet || !std::io::stderr().is_terminal();
     let t = Instant::now();

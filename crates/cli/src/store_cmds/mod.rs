@@ -78,13 +78,6 @@ pub fn open_existing(db: &Path, keep: u64) -> Result<Store> {
     open_existing_with(db, keep, None)
 }
 
-/// A process that pages chunk bodies returns freed memory to the OS and uses no huge
-/// pages (`bavl_alloc::bounded_memory`): its resident set is meant to stay near its budget.
-pub fn bounded_memory() {
-    #[cfg(feature = "mimalloc")]
-    bavl_alloc::bounded_memory();
-}
-
 /// Chunk bodies a read-only command keeps in memory when it opens a paged store, MiB.
 pub const READ_CACHE_MIB: u64 = 256;
 
@@ -94,9 +87,6 @@ pub const READ_CACHE_MIB: u64 = 256;
 pub fn open_existing_with(db: &Path, keep: u64, cache_mib: Option<u64>) -> Result<Store> {
     require_store(db)?;
     let cache_mib = cache_mib.or(paged_on_disk(db).then_some(READ_CACHE_MIB));
-    if cache_mib.is_some() {
-        bounded_memory();
-    }
     let opts = Options {
         keep_recent: keep,
         checkpoint: CheckpointPolicy::Manual,
