@@ -200,10 +200,19 @@ impl RangeState {
         }
         self.desc.end.clone_from(&src.end);
         self.desc.epoch.version = self.desc.epoch.version.max(src.epoch.version) + 1;
-        // The source's decisions and absorbed groups come along (see `commit_merge`).
-        self.merge.decided.extend_from_slice(&data.merge.decided);
-        self.merge.absorbed.extend_from_slice(&data.merge.absorbed);
-        self.merge.absorbed.push(src.id);
+        // The source's decisions and absorbed groups come along (see `commit_merge`), once
+        // each: a split's right child starts with a copy of its parent's, so merging it back
+        // would otherwise double both lists on every split-and-merge cycle.
+        for d in &data.merge.decided {
+            if self.merge.decision(d.source, d.version).is_none() {
+                self.merge.decided.push(*d);
+            }
+        }
+        for g in data.merge.absorbed.iter().chain([&src.id]) {
+            if !self.merge.absorbed.contains(g) {
+                self.merge.absorbed.push(*g);
+            }
+        }
         Ok(())
     }
 
@@ -365,6 +374,17 @@ mod tests {
         let mut right = RangeState::import(&child.expect("a right half").data).unwrap();
         assert!(matches!(right.apply(&to_l).0, Response::Refused(_)));
         assert_eq!(right.merge.absorbed, vec![2]);
+        // The right half merged back: the records it shares with L0 are not doubled.
+        assert!(matches!(prepare(&mut right, &l0), Response::Merge(_)));
+        let back = Command::CommitMerge {
+            target: 1,
+            target_version: l0.desc.epoch.version,
+            source: Box::new(right.export()),
+        };
+        let decided = l0.merge.decided.len();
+        assert!(matches!(l0.apply(&back).0, Response::Merge(_)));
+        assert_eq!(l0.merge.absorbed, vec![2, 6]);
+        assert_eq!(l0.merge.decided.len(), decided + 1, "{:?}", l0.merge.decided);
         // R rolls back and serves its keys again.
         assert!(matches!(
             r.apply(&Command::RollbackMerge { epoch: r.desc.epoch }).0,

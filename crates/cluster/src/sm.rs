@@ -207,14 +207,35 @@ pub struct Tombstone {
     pub vote: Option<typ::Vote>,
 }
 
-/// The tombstone marker of group `id`, if this node ever deleted a replica of it.
+/// Largest tombstone marker read (a vote's JSON is well under 200 bytes).
+pub const MAX_TOMBSTONE_BYTES: u64 = 4096;
+
+/// The tombstone marker of group `id`, if this node ever deleted a replica of it. A marker
+/// longer than [`MAX_TOMBSTONE_BYTES`], or one that does not decode, is an error (checked
+/// before anything is read into memory), never "no vote".
 pub fn read_tombstone(node_dir: &Path, id: GroupId) -> std::io::Result<Option<Tombstone>> {
-    match std::fs::read(tombstone_file(node_dir, id)) {
-        Ok(bytes) if bytes.is_empty() => Ok(Some(Tombstone::default())),
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(std::io::Error::other),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    let path = tombstone_file(node_dir, id);
+    let mut file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    if len > MAX_TOMBSTONE_BYTES {
+        let what = format!("{}: {len} bytes, over {MAX_TOMBSTONE_BYTES}", path.display());
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, what));
     }
+    let mut bytes = Vec::with_capacity(len as usize);
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&mut file, MAX_TOMBSTONE_BYTES),
+        &mut bytes,
+    )?;
+    if bytes.is_empty() {
+        return Ok(Some(Tombstone::default()));
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Writes (durably) the tombstone marker of group `id`, keeping the newer of the vote it

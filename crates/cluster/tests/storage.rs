@@ -59,3 +59,28 @@ fn a_torn_tail_is_cut_and_the_rest_kept() {
         assert_eq!(log.read_vote().await.unwrap(), Some(vote));
     });
 }
+
+#[test]
+fn tombstone_markers_are_read_defensively() {
+    use bavl_cluster::sm::{raise_tombstone, read_tombstone, tombstone_file, MAX_TOMBSTONE_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path();
+    assert_eq!(read_tombstone(node, 7).unwrap(), None);
+    // An empty marker (older versions) holds no vote.
+    std::fs::write(tombstone_file(node, 7), b"").unwrap();
+    assert_eq!(read_tombstone(node, 7).unwrap().unwrap().vote, None);
+    // A vote is kept, and only raised.
+    raise_tombstone(node, 7, Some(typ::Vote::new(5, 2))).unwrap();
+    raise_tombstone(node, 7, Some(typ::Vote::new(4, 1))).unwrap();
+    assert_eq!(read_tombstone(node, 7).unwrap().unwrap().vote, Some(typ::Vote::new(5, 2)));
+    // Damage is an error, never "no vote": bytes that do not decode, or too many of them.
+    std::fs::write(tombstone_file(node, 7), b"{\"vote\":").unwrap();
+    let e = read_tombstone(node, 7).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    let mut long = b"{\"vote\":null}".to_vec();
+    long.resize(MAX_TOMBSTONE_BYTES as usize + 1, b' ');
+    std::fs::write(tombstone_file(node, 7), &long).unwrap();
+    let e = read_tombstone(node, 7).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    assert!(e.to_string().contains("bytes"), "{e}");
+}
