@@ -45,6 +45,7 @@ mod node;
 mod page;
 pub mod proof;
 mod restore;
+mod share;
 mod skeleton;
 mod snapshot;
 mod tree;

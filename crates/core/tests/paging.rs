@@ -323,3 +323,97 @@ fn reads_never_answer_from_what_happens_to_be_resident() {
     let loaded = snap.with_bodies(needs.iter().map(|p| (p.index, disk.body(p)))).unwrap();
     assert!(loaded.iter().unwrap().eq(reference.iter().unwrap()));
 }
+
+/// `Snapshot::sharing`: a retained version that takes the head's nodes wherever they are
+/// equal by hash still reads, proves and hashes as itself (against the model of its own
+/// state), whatever the head changed, evicted or grew since; after it, every equal
+/// subtree at the same place is the head's own node (a second call takes none).
+#[test]
+fn a_version_sharing_the_heads_nodes_stays_itself() {
+    let mut taken_total = 0;
+    for seed in 1..=12u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let (mut disk, mut model) = (Disk::default(), BTreeMap::new());
+        let mut tree = Tree::with_capacity(8).unwrap();
+        let mut retained: Vec<(Snapshot, Model)> = Vec::new();
+        for round in 0..8 {
+            // A round of few changes, or (round 4) many inserts: the tree grows a level.
+            let ops = if round == 4 { 2500 } else { 1 + rng.next() % 120 };
+            for _ in 0..ops {
+                let k = format!("k{:06}", rng.next() % 6000).into_bytes();
+                if rng.next().is_multiple_of(4) {
+                    let needs = tree.absent_for_remove(&k);
+                    disk.load(&mut tree, needs);
+                    assert_eq!(tree.try_remove(&k).unwrap(), model.remove(&k));
+                } else {
+                    let v = rng.next().to_le_bytes().to_vec();
+                    let needs = tree.absent_for_insert(&k);
+                    disk.load(&mut tree, needs);
+                    tree.insert(&k, &v).unwrap();
+                    model.insert(k, v);
+                }
+            }
+            let snap = tree.snapshot();
+            disk.checkpoint(&snap);
+            // The head evicts some chunks (path copies of its own).
+            for i in 0..tree.chunk_count() {
+                if rng.next().is_multiple_of(2) {
+                    tree.page_out(i);
+                }
+            }
+            let head = tree.snapshot();
+            for (old, m) in retained.iter_mut() {
+                let (stripped, _) = old.without_bodies(|_| rng.next().is_multiple_of(2));
+                let (shared, taken) = stripped.sharing(&head);
+                taken_total += taken;
+                assert_eq!(shared.root_hash(), old.root_hash());
+                assert_eq!(shared.sharing(&head).1, 0, "seed {seed} round {round}");
+                assert_reads_as(&disk, &shared, m);
+                assert_reads_as(&disk, &stripped, m);
+                *old = shared;
+            }
+            // A version never paged (its own tree, all resident) taking the head's nodes
+            // takes absent chunks with them, and must then know it may have some.
+            let mut fresh = Tree::with_capacity(8).unwrap();
+            for (k, v) in &model {
+                fresh.insert(k, v).unwrap();
+            }
+            let (shared, taken) = fresh.snapshot().sharing(&head);
+            taken_total += taken;
+            assert_reads_as(&disk, &shared, &model);
+            retained.push((head, model.clone()));
+        }
+    }
+    assert!(taken_total > 1000, "versions shared subtrees with the head: {taken_total}");
+}
+
+/// `snap`, with its absent chunks read back, is exactly `model`, and its proofs verify
+/// against its own root.
+fn assert_reads_as(disk: &Disk, snap: &Snapshot, model: &Model) {
+    // Before any load: a key is read right or its absent chunk is named, never misread.
+    for (k, v) in model.iter().step_by(7) {
+        if let Ok(got) = snap.get(k) {
+            assert_eq!(got, Some(v.as_slice()));
+        }
+    }
+    if let Ok(it) = snap.iter() {
+        assert!(it.map(|(k, v)| (k.to_vec(), v.to_vec())).eq(model.clone()), "iterated whole");
+    }
+    let bodies: Vec<_> = (0..snap.chunk_count())
+        .filter_map(|i| snap.absent_chunk(i).map(|p| (i, disk.body(&p))))
+        .collect();
+    let full = snap.with_bodies(bodies).unwrap();
+    let all: Vec<_> = full.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    assert_eq!(all, model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
+    full.to_tree().check().unwrap();
+    let k = model.keys().nth(model.len() / 3).unwrap();
+    let proof = full.prove_range(Bound::Included(k), Bound::Unbounded).unwrap();
+    let verified = bavl_core::verify_range::<bavl_core::Sha256>(
+        &snap.root_hash(),
+        Bound::Included(k),
+        Bound::Unbounded,
+        &proof,
+    )
+    .unwrap();
+    assert_eq!(verified.entries.len(), model.range(k.clone()..).count());
+}

@@ -39,7 +39,8 @@ pub type OwnedEntry = (Vec<u8>, Vec<u8>);
 /// versions it rebuilds do not hold every body the replay loaded either.
 pub(crate) fn unpin(versions: &mut std::collections::BTreeMap<u64, Snapshot>, head: u64) -> u64 {
     let mut live = std::collections::HashSet::new();
-    if let Some(h) = versions.get(&head) {
+    let head_snap = versions.get(&head).cloned();
+    if let Some(h) = &head_snap {
         h.for_each_chunk(|c| live.extend(c.body_id()));
     }
     let (mut held, mut pinned) = (std::collections::HashSet::new(), 0u64);
@@ -48,6 +49,12 @@ pub(crate) fn unpin(versions: &mut std::collections::BTreeMap<u64, Snapshot>, he
             continue;
         }
         let (stripped, _) = snap.without_bodies(|c| !live.contains(&c.body_id().unwrap_or(0)));
+        // Then the head's nodes wherever this version equals it: the versions share one
+        // skeleton instead of each holding its own path copies (design §8.5.1).
+        let stripped = match &head_snap {
+            Some(h) => stripped.sharing(h).0,
+            None => stripped,
+        };
         stripped.for_each_chunk(|c| {
             if let Some(id) = c.body_id().filter(|id| !live.contains(id)) {
                 if held.insert(id) {
