@@ -30,6 +30,10 @@ pub struct LoadOptions {
     /// A range leader splits a range that served more than this many client operations
     /// per second over a full window (`u64::MAX`: never, the default).
     pub split_load: u64,
+    /// Fewest chunks each half of a load split keeps: a hot range whose median would
+    /// leave a smaller half is not load-split (without a floor a range that stays hot kept
+    /// splitting down to one chunk, a Raft group per chunk).
+    pub split_load_floor_chunks: u64,
     /// Ticks in the load window.
     pub window_ticks: u32,
     /// The directory leader treats a node not heard from for this many ticks as dead (its
@@ -47,6 +51,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             split_load: u64::MAX,
+            split_load_floor_chunks: 2,
             window_ticks: 10,
             dead_ticks: 15,
             merge_keys: 0,
@@ -201,11 +206,12 @@ fn chunk_first_key(snap: &bavl_core::Snapshot<Sha256>, i: u64) -> Option<Vec<u8>
 
 /// A split key for a hot range: a chunk boundary near the median of the sampled keys (those
 /// inside the range), the boundary below or above the median whichever divides the samples
-/// more evenly. `None` when there are fewer than [`MIN_SPLIT_SAMPLES`] samples, the tree has
-/// one chunk, or no boundary leaves samples on both sides (one hot key: splitting would not
-/// divide its load). Both halves are non-empty: the key is the first key of a chunk other
-/// than the first.
-pub fn load_split_key(state: &RangeState, samples: &[Vec<u8>]) -> Option<Vec<u8>> {
+/// more evenly. `None` when there are fewer than [`MIN_SPLIT_SAMPLES`] samples, when no such
+/// boundary leaves `floor` chunks (at least one) on each side, or when none leaves samples on
+/// both sides (one hot key: splitting would not divide its load). Both halves are non-empty:
+/// the key is the first key of a chunk other than the first.
+pub fn load_split_key(state: &RangeState, samples: &[Vec<u8>], floor: u64) -> Option<Vec<u8>> {
+    let floor = floor.max(1);
     let mut keys: Vec<&[u8]> =
         samples.iter().map(Vec::as_slice).filter(|k| state.desc.contains(k)).collect();
     if keys.len() < MIN_SPLIT_SAMPLES {
@@ -216,7 +222,7 @@ pub fn load_split_key(state: &RangeState, samples: &[Vec<u8>]) -> Option<Vec<u8>
     let mut tree = state.tree.clone();
     let snap = tree.snapshot();
     let count = snap.chunk_count();
-    if count < 2 {
+    if count < 2 * floor {
         return None;
     }
     // The last chunk whose first key is <= the median (chunks are in key order).
@@ -229,7 +235,7 @@ pub fn load_split_key(state: &RangeState, samples: &[Vec<u8>]) -> Option<Vec<u8>
             hi = mid - 1;
         }
     }
-    let candidates = [lo, lo + 1].into_iter().filter(|i| *i >= 1 && *i < count);
+    let candidates = [lo, lo + 1].into_iter().filter(|&i| i >= floor && count - i >= floor);
     let mut best: Option<(usize, Vec<u8>)> = None;
     for i in candidates {
         let key = chunk_first_key(&snap, i)?;
@@ -270,7 +276,7 @@ mod tests {
         let s = range(400);
         // Hot keys 300..340: the median is about k0320, far from the tree's middle (k0200).
         let samples = keys(300..340, 2);
-        let key = load_split_key(&s, &samples).expect("a split key");
+        let key = load_split_key(&s, &samples, 1).expect("a split key");
         let left = samples.iter().filter(|k| k.as_slice() < key.as_slice()).count();
         assert!(left > 0 && left < samples.len(), "{key:?} does not divide the hot keys");
         assert!(left.abs_diff(samples.len() - left) <= 24, "{left} of {}", samples.len());
@@ -288,13 +294,43 @@ mod tests {
     #[test]
     fn no_load_split_without_enough_samples_one_chunk_or_one_hot_key() {
         let s = range(400);
-        assert_eq!(load_split_key(&s, &keys(300..305, 2)), None, "10 samples");
-        assert_eq!(load_split_key(&range(5), &keys(0..5, 10)), None, "one chunk");
-        assert_eq!(load_split_key(&s, &keys(100..101, 50)), None, "one hot key");
+        assert_eq!(load_split_key(&s, &keys(300..305, 2), 1), None, "10 samples");
+        assert_eq!(load_split_key(&range(5), &keys(0..5, 10), 1), None, "one chunk");
+        assert_eq!(load_split_key(&s, &keys(100..101, 50), 1), None, "one hot key");
         // Samples outside the range's fences do not count.
         let mut narrow = range(400);
         narrow.desc.end = b"k0100".to_vec();
-        assert_eq!(load_split_key(&narrow, &keys(300..340, 2)), None);
+        assert_eq!(load_split_key(&narrow, &keys(300..340, 2), 1), None);
+    }
+
+    /// The floor: a hot range is split only where each half keeps `floor` chunks, so a
+    /// range that stays hot stops splitting instead of going down to one chunk.
+    #[test]
+    fn a_load_split_leaves_each_half_the_floor_of_chunks() {
+        let s = range(400);
+        let chunks = s.tree.clone().snapshot().chunk_count();
+        assert!(chunks >= 8, "{chunks} chunks");
+        // The hot keys at the very end: the median's boundary leaves few chunks right.
+        let hot = keys(385..400, 2);
+        let key = load_split_key(&s, &hot, 1).expect("without a floor it splits");
+        let right_chunks = |key: &[u8]| {
+            let snap = s.tree.clone().snapshot();
+            (0..snap.chunk_count())
+                .filter(|&i| chunk_first_key(&snap, i).unwrap().as_slice() >= key)
+                .count() as u64
+        };
+        let right = right_chunks(&key);
+        assert!(right <= 4, "the hot tail is within the last chunks: {right}");
+        // Of the two boundaries around the median, neither keeps `right + 2` chunks right.
+        assert_eq!(load_split_key(&s, &hot, right + 2), None, "a half would be too small");
+        let floored = load_split_key(&s, &hot, right).expect("the floor the split met");
+        assert!(right_chunks(&floored) >= right);
+        // In the middle of the range the floor leaves the split as it was.
+        let mid = keys(180..220, 2);
+        assert_eq!(load_split_key(&s, &mid, 3), load_split_key(&s, &mid, 1));
+        assert!(load_split_key(&s, &mid, 3).is_some());
+        // A range of fewer than twice the floor is never load-split.
+        assert_eq!(load_split_key(&s, &mid, chunks / 2 + 1), None);
     }
 
     #[test]

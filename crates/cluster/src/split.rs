@@ -83,7 +83,8 @@ impl Node {
         if limit == u64::MAX || !full || reads.saturating_add(writes) <= limit {
             return None;
         }
-        crate::load::load_split_key(&s.state, &load.samples(s.state.desc.id))
+        let floor = self.opts.load.split_load_floor_chunks;
+        crate::load::load_split_key(&s.state, &load.samples(s.state.desc.id), floor)
     }
 
     async fn split(&self, group: &OpenraftGroup, key: Vec<u8>) {

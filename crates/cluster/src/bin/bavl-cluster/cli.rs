@@ -143,6 +143,10 @@ pub struct Tuning {
     /// 10-tick window) splits near the median of its accessed keys (default: never).
     #[arg(long)]
     split_load: Option<u64>,
+    /// A load split leaves at least this many chunks on each side: a range that stays hot
+    /// stops splitting there instead of going down to one chunk.
+    #[arg(long, default_value_t = 2)]
+    split_load_floor_chunks: u64,
     /// The directory leader counts a node silent for this many ticks (500 ms) as dead and
     /// re-creates its replicas elsewhere.
     #[arg(long, default_value_t = 15)]
@@ -215,6 +219,7 @@ pub fn tuning_args(t: &Tuning) -> Vec<String> {
     ]
     .into_iter()
     .chain(t.split_load.iter().flat_map(|l| ["--split-load".into(), l.to_string()]))
+    .chain(["--split-load-floor-chunks".into(), t.split_load_floor_chunks.to_string()])
     .chain(t.merge_keys.iter().flat_map(|k| ["--merge-keys".into(), k.to_string()]))
     .chain(["--merge-load".into(), t.merge_load.to_string()])
     .collect()
@@ -247,6 +252,7 @@ async fn run_node(
         seeds: peers.keys().copied().filter(|p| *p != id).collect(),
         load: bavl_cluster::load::LoadOptions {
             split_load: t.split_load.unwrap_or(u64::MAX),
+            split_load_floor_chunks: t.split_load_floor_chunks,
             dead_ticks: t.dead_ticks,
             merge_keys: t.merge_keys.unwrap_or(0),
             merge_load: t.merge_load,
