@@ -53,8 +53,9 @@ pub fn keep_freed_memory() {
 /// per block), 295 MB purging after 10 ms (+9%). At 30M keys, one run with it
 /// (`docs/results/paged-30m-bounded.json`, a CI run beside it) gave 1,126 MB against
 /// 1,188 MB before and blocks twice as slow beside a CI run; at 10M keys on a quiet machine
-/// (`docs/results/paged-10m-bounded-ab.json`) 0.72x the ops/s for 0.89x the peak RSS. So
-/// it is not the default.
+/// (`docs/results/paged-10m-bounded-ab.json`) 0.72x the ops/s for 0.89x the peak RSS, and
+/// huge pages off alone (`paged-10m-nothp.json`) 0.69x for 0.90x: the cost is the huge
+/// pages, not the purge. So it is not the default.
 pub fn bounded_memory() {
     no_transparent_huge_pages();
     if std::env::var_os(PURGE_DELAY_ENV).is_none() {
