@@ -160,19 +160,9 @@ fn check_retained(disk: &Disk, snap: &Snapshot, model: &Model) {
     assert!(!bodies.is_empty(), "the retained version shares evicted chunks");
     let absent_before = bodies.len();
     let full = snap.with_bodies(bodies).unwrap();
-    let all: Vec<_> = full.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
-    assert_eq!(all, model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
     let k = model.keys().nth(model.len() / 2).unwrap();
     assert_eq!(full.get(k), Ok(model.get(k).map(Vec::as_slice)));
-    let proof = full.prove_range(Bound::Included(k), Bound::Unbounded).unwrap();
-    let verified = bavl_core::verify_range::<bavl_core::Sha256>(
-        &snap.root_hash(),
-        Bound::Included(k),
-        Bound::Unbounded,
-        &proof,
-    )
-    .unwrap();
-    assert_eq!(verified.entries.len(), model.range(k.clone()..).count());
+    assert_whole(snap, &full, model, k);
     let still_absent = (0..snap.chunk_count()).filter(|&i| snap.absent_chunk(i).is_some());
     assert_eq!(still_absent.count(), absent_before, "the shared version was not written");
 }
@@ -403,10 +393,15 @@ fn assert_reads_as(disk: &Disk, snap: &Snapshot, model: &Model) {
         .filter_map(|i| snap.absent_chunk(i).map(|p| (i, disk.body(&p))))
         .collect();
     let full = snap.with_bodies(bodies).unwrap();
+    full.to_tree().check().unwrap();
+    assert_whole(snap, &full, model, model.keys().nth(model.len() / 3).unwrap());
+}
+
+/// `full` (`snap` with every body resident) iterates as `model`, and a range proof from `k`
+/// verifies against `snap`'s root with the model's entries.
+fn assert_whole(snap: &Snapshot, full: &Snapshot, model: &Model, k: &[u8]) {
     let all: Vec<_> = full.iter().unwrap().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
     assert_eq!(all, model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
-    full.to_tree().check().unwrap();
-    let k = model.keys().nth(model.len() / 3).unwrap();
     let proof = full.prove_range(Bound::Included(k), Bound::Unbounded).unwrap();
     let verified = bavl_core::verify_range::<bavl_core::Sha256>(
         &snap.root_hash(),
@@ -415,5 +410,5 @@ fn assert_reads_as(disk: &Disk, snap: &Snapshot, model: &Model) {
         &proof,
     )
     .unwrap();
-    assert_eq!(verified.entries.len(), model.range(k.clone()..).count());
+    assert_eq!(verified.entries.len(), model.range(k.to_vec()..).count());
 }
