@@ -14,24 +14,21 @@
 //! The caller guarantees that chunk files are deleted only under the deletion rule of
 //! §8.5.1 (no retained version, no live skeleton names them).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
 
-use bavl_core::{Body, ChunkRef, SkeletonEntry, Snapshot, Tree, MAX_KEY_LEN};
+use bavl_core::{Body, SkeletonEntry, Tree, MAX_KEY_LEN};
 
 use crate::backend::Backend;
-use crate::checkpoint::{CheckpointReport, Header};
+use crate::checkpoint::Header;
 use crate::error::{IoContext, StoreError};
-use crate::meta::{chunk_file_name, skeleton_name, TMP_SUFFIX};
-use crate::pace::Pacer;
-use crate::paging::{durable_id, durable_key, make_loc, split_loc, PageFile, PageSet};
+use crate::meta::chunk_file_name;
+use crate::paging::{durable_id, durable_key, make_loc, split_loc};
+pub(crate) use crate::skel_write::write_checkpoint;
 
 const CHUNK_MAGIC: &[u8; 8] = b"BAVLCHK1";
 const SKEL_MAGIC: &[u8; 8] = b"BAVLSKL1";
-const END_MAGIC: &[u8; 8] = b"BAVLEND1";
+pub(crate) const END_MAGIC: &[u8; 8] = b"BAVLEND1";
 /// Length of a chunk file's header: magic, number, CRC-32.
 pub const CHUNK_HEADER_LEN: u64 = 20;
 /// Length of a skeleton's header (the layout of a checkpoint's, another magic).
@@ -39,9 +36,9 @@ pub const SKEL_HEADER_LEN: usize = 72;
 /// Length of a skeleton's trailer.
 pub const SKEL_TRAILER_LEN: usize = 8 + 8 + 4 + 4;
 /// Fixed bytes of a skeleton entry before its first key.
-const ENTRY_FIXED: usize = 1 + 32 + 4 + 8 + 2;
+pub(crate) const ENTRY_FIXED: usize = 1 + 32 + 4 + 8 + 2;
 /// Where an entry's location is, from its start.
-const ENTRY_LOC_AT: usize = 1 + 32 + 4;
+pub(crate) const ENTRY_LOC_AT: usize = 1 + 32 + 4;
 
 /// The header of chunk file `id`.
 pub(crate) fn chunk_file_header(id: u64) -> Vec<u8> {
@@ -89,7 +86,7 @@ pub(crate) fn read_record(
 /// about 7.5 KB: one read of two or three pages).
 const GUESS: u64 = 8 * 1024 - 4;
 
-fn encode_header(h: &Header) -> Vec<u8> {
+pub(crate) fn encode_header(h: &Header) -> Vec<u8> {
     let mut out =
         crate::checkpoint::encode_header(h.version, &h.root, h.capacity, h.keys, h.chunks);
     out[..8].copy_from_slice(SKEL_MAGIC);
@@ -115,7 +112,7 @@ fn decode_header(h: &[u8]) -> Option<Header> {
     })
 }
 
-fn encode_entry(out: &mut Vec<u8>, e: &SkeletonEntry) {
+pub(crate) fn encode_entry(out: &mut Vec<u8>, e: &SkeletonEntry) {
     out.push(e.key_height);
     out.extend_from_slice(&e.hash);
     out.extend_from_slice(&e.len.to_le_bytes());
@@ -311,168 +308,6 @@ pub(crate) fn check_chunk_headers(
         }
     }
     Ok(())
-}
-
-/// What a paged checkpoint wrote and which chunk files its skeleton names.
-pub(crate) struct Written {
-    pub report: CheckpointReport,
-    pub named: BTreeSet<u64>,
-    /// The chunk file it completed (files up to it not named are obsolete).
-    pub file: u64,
-    /// The chunk files it compacted: their live bodies were copied into `file`.
-    pub compacted: BTreeSet<u64>,
-    /// Where each copied body was and is now: the writer relocates its chunks.
-    pub moved: HashMap<u64, u64>,
-}
-
-/// A chunk file is compacted when fewer than this fraction of the entries written to it
-/// are still named by the version checkpointed. Each compaction copies less than half of
-/// what the file was written with, so the bytes copied stay below the bytes written: a
-/// write amplification of 2 at most (the page file's rule, §8.5.1).
-pub(crate) const COMPACT_LIVE: f64 = 0.5;
-
-/// The chunk files up to `id` (excluded) that `chunks` name but that are mostly dead.
-fn to_compact(chunks: &[ChunkRef<'_>], pages: &PageSet, id: u64) -> BTreeSet<u64> {
-    let mut live: BTreeMap<u64, u64> = BTreeMap::new();
-    for c in chunks {
-        if let Some(f) = c.location().and_then(durable_id).filter(|&f| f < id) {
-            *live.entry(f).or_default() += c.len() as u64;
-        }
-    }
-    live.into_iter()
-        .filter(|&(f, live)| {
-            let written = pages.0.get(&durable_key(f)).map_or(0, |pf| pf.entries());
-            (live as f64) < COMPACT_LIVE * written as f64
-        })
-        .map(|(f, _)| f)
-        .collect()
-}
-
-/// Writes the checkpoint of `version` of a paged store: every body of `snap` without a
-/// location in a chunk file numbered up to `id` is appended to `file` (chunk file `id`,
-/// handed over by the writer, which appends to the next one meanwhile), and so is every
-/// body in a mostly dead file (compaction, off the writer's thread); `file` is synced,
-/// then the skeleton is written to a temporary file, synced, and renamed into place
-/// once `pacer` allows it. `Ok(None)` if `stop` became true.
-pub(crate) fn write_checkpoint(
-    backend: &dyn Backend,
-    version: u64,
-    snap: Snapshot,
-    stop: &AtomicBool,
-    pacer: Option<&Pacer>,
-    pages: &PageSet,
-    (id, file): (u64, Arc<PageFile>),
-) -> Result<Option<Written>, StoreError> {
-    let start = Instant::now();
-    let root = snap.root_hash();
-    let mut chunks = Vec::with_capacity(snap.chunk_count() as usize);
-    snap.for_each_chunk(|c| chunks.push(c));
-    let header = Header {
-        version,
-        root,
-        capacity: snap.capacity(),
-        keys: snap.len(),
-        chunks: chunks.len() as u64,
-    };
-    let compacted = to_compact(&chunks, pages, id);
-    let mut moved = HashMap::new();
-    let mut entries = Vec::with_capacity(chunks.len() * (ENTRY_FIXED + 24));
-    let mut named = BTreeSet::new();
-    let mut body = Vec::new();
-    // Absent chunks in a file being compacted: where their skeleton entry is and their
-    // old location. They are copied after the walk, once the version is let go.
-    let mut deferred = Vec::new();
-    for (i, c) in chunks.iter().enumerate() {
-        if i % 256 == 0 && stop.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
-        let old = c.location();
-        let durable =
-            old.filter(|&l| durable_id(l).is_some_and(|f| f <= id && !compacted.contains(&f)));
-        let loc = match durable {
-            Some(loc) => loc,
-            None => {
-                body.clear();
-                if c.encode_body(&mut body) {
-                    let loc = make_loc(durable_key(id), file.append(&body)?);
-                    match old {
-                        Some(old) if old != loc => drop(moved.insert(old, loc)),
-                        _ => drop(c.set_location(loc)),
-                    }
-                    loc
-                } else {
-                    // Absent: its record is copied below, the entry's location patched.
-                    deferred.push((entries.len() + ENTRY_LOC_AT, old.unwrap_or(0)));
-                    make_loc(durable_key(id), 0)
-                }
-            }
-        };
-        named.insert(durable_id(loc).expect("durable"));
-        let first_key = c.first_key().into();
-        let e = SkeletonEntry {
-            key_height: c.key_height,
-            hash: c.hash(),
-            len: c.len(),
-            loc,
-            first_key,
-        };
-        encode_entry(&mut entries, &e);
-    }
-    // The version is let go before the copies from disk (a compaction can take seconds):
-    // holding it meanwhile kept alive every body the writer evicted since it was taken
-    // (about 100 MB at 10M keys under a 256 MiB budget; design §8.5.1).
-    drop(chunks);
-    drop(snap);
-    for (at, old) in deferred {
-        if stop.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
-        let (key, off) = split_loc(old);
-        let f = pages
-            .0
-            .get(&key)
-            .ok_or_else(|| StoreError::corrupted("the page files", off, "a page of no file"))?;
-        let loc = make_loc(durable_key(id), file.append(&f.read_raw(off)?)?);
-        moved.insert(old, loc);
-        entries[at..at + 8].copy_from_slice(&loc.to_le_bytes());
-    }
-    file.seal()?;
-    // The chunk file table: the entries written to each file named.
-    entries.extend_from_slice(&(named.len() as u32).to_le_bytes());
-    for &f in &named {
-        let written = pages.0.get(&durable_key(f)).map_or(0, |pf| pf.entries());
-        let written = if f == id { file.entries() } else { written };
-        entries.extend_from_slice(&f.to_le_bytes());
-        entries.extend_from_slice(&written.to_le_bytes());
-    }
-    let encoding = start.elapsed();
-    let name = skeleton_name(version);
-    let tmp = format!("{name}{TMP_SUFFIX}");
-    let mut out = backend.create(&tmp).ctx(|| format!("creating {tmp}"))?;
-    let mut trailer = END_MAGIC.to_vec();
-    trailer.extend_from_slice(&header.chunks.to_le_bytes());
-    trailer.extend_from_slice(&crc32fast::hash(&entries).to_le_bytes());
-    let crc = crc32fast::hash(&trailer);
-    trailer.extend_from_slice(&crc.to_le_bytes());
-    let skel_bytes = (SKEL_HEADER_LEN + entries.len() + trailer.len()) as u64;
-    out.write_all(&encode_header(&header))
-        .and_then(|()| out.write_all(&entries))
-        .and_then(|()| out.write_all(&trailer))
-        .ctx(|| format!("writing {tmp}"))?;
-    out.sync().ctx(|| format!("syncing {tmp}"))?;
-    drop(out);
-    if !crate::checkpoint::install(backend, &tmp, &name, version, stop, pacer)? {
-        return Ok(None);
-    }
-    let report = CheckpointReport {
-        version,
-        root,
-        chunks: header.chunks,
-        bytes: skel_bytes + file.len(),
-        elapsed: start.elapsed(),
-        encoding,
-    };
-    Ok(Some(Written { report, named, file: id, compacted, moved }))
 }
 
 /// Which chunk files a cleanup keeps: those numbered `below` or more (still being

@@ -67,6 +67,7 @@ mod pagefile;
 mod paging;
 mod prefetch;
 mod reopen;
+mod skel_write;
 pub mod wal;
 
 use std::collections::BTreeMap;
