@@ -33,7 +33,50 @@ enum Kind {
     /// A nameless file (read-only opens: nothing is written into the store).
     Scratch(File),
     /// `chunks-<id>.bavl` of the store, appended through `writer` while it is open.
-    Durable { backend: Arc<dyn Backend>, writer: Mutex<Option<Box<dyn WriteFile>>> },
+    Durable { backend: Arc<dyn Backend>, writer: Mutex<Option<Appender>> },
+}
+
+/// Appends to a chunk file gather here and go to the file [`FLUSH_BYTES`] at a time (and
+/// when it is sealed). Written one record (about 7.5 KB) per `write`, every call had
+/// ext4's delayed allocation zero the part of the page-cache folio it did not cover:
+/// 13% of a paged store's CPU at 10M keys went to that `memset`, in the writer's
+/// evictions and the checkpoint's appends alike. Nothing is durable before the seal's
+/// sync anyway (a crash leaves at most an unnamed chunk file, which opening deletes).
+struct Appender {
+    file: Box<dyn WriteFile>,
+    /// Bytes appended and not yet written to the file; they start at offset `at`.
+    buf: Vec<u8>,
+    at: u64,
+}
+
+/// Bytes gathered before a write to a chunk file.
+const FLUSH_BYTES: usize = 1 << 20;
+
+impl Appender {
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            self.file.write_all(&self.buf)?;
+            self.at += self.buf.len() as u64;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Copies into `out` the bytes from offset `off` on that are still gathered here;
+    /// returns how many leading bytes of `out` are in the file instead.
+    fn read_gathered(&self, out: &mut [u8], off: u64) -> std::io::Result<usize> {
+        let end = off + out.len() as u64;
+        if end <= self.at {
+            return Ok(out.len());
+        }
+        let from = off.max(self.at);
+        let (src, dst) = ((from - self.at) as usize, (from - off) as usize);
+        let gathered = self.buf.get(src..src + (end - from) as usize).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "past the bytes appended")
+        })?;
+        out[dst..].copy_from_slice(gathered);
+        Ok(dst)
+    }
 }
 
 impl PageFile {
@@ -53,10 +96,11 @@ impl PageFile {
         id: u64,
     ) -> Result<Arc<PageFile>, StoreError> {
         let name = crate::meta::chunk_file_name(id);
-        let mut f = backend.create(&name).ctx(|| format!("creating {name}"))?;
+        let file = backend.create(&name).ctx(|| format!("creating {name}"))?;
         let header = durable::chunk_file_header(id);
-        f.write_all(&header).ctx(|| format!("writing {name}"))?;
-        let writer = Mutex::new(Some(f));
+        let mut buf = Vec::with_capacity(FLUSH_BYTES + (16 << 10));
+        buf.extend_from_slice(&header);
+        let writer = Mutex::new(Some(Appender { file, buf, at: 0 }));
         let kind = Kind::Durable { backend: backend.clone(), writer };
         let (end, entries) = (AtomicU64::new(header.len() as u64), AtomicU64::new(0));
         Ok(Arc::new(PageFile { kind, end, entries, name }))
@@ -75,12 +119,13 @@ impl PageFile {
 
     /// Appends a record; returns its offset.
     pub(crate) fn append(&self, body: &[u8]) -> Result<u64, StoreError> {
-        let mut rec = Vec::with_capacity(body.len() + 4);
-        rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        rec.extend_from_slice(body);
+        let len = (body.len() as u32).to_le_bytes();
         let at = match &self.kind {
             Kind::Scratch(file) => {
                 use std::os::unix::fs::FileExt;
+                let mut rec = Vec::with_capacity(body.len() + 4);
+                rec.extend_from_slice(&len);
+                rec.extend_from_slice(body);
                 let at = self.end.load(Ordering::Acquire);
                 file.write_all_at(&rec, at).ctx(|| format!("writing {}", self.name))?;
                 at
@@ -88,14 +133,18 @@ impl PageFile {
             Kind::Durable { writer, .. } => {
                 let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
                 let at = self.end.load(Ordering::Acquire);
-                let Some(f) = w.as_mut() else {
+                let Some(a) = w.as_mut() else {
                     return Err(StoreError::Poisoned(format!("{} is sealed", self.name)));
                 };
-                f.write_all(&rec).ctx(|| format!("writing {}", self.name))?;
+                a.buf.extend_from_slice(&len);
+                a.buf.extend_from_slice(body);
+                if a.buf.len() >= FLUSH_BYTES {
+                    a.flush().ctx(|| format!("writing {}", self.name))?;
+                }
                 at
             }
         };
-        self.end.store(at + rec.len() as u64, Ordering::Release);
+        self.end.store(at + 4 + body.len() as u64, Ordering::Release);
         self.entries.fetch_add(leading_varint(body), Ordering::Relaxed);
         Ok(at)
     }
@@ -104,8 +153,9 @@ impl PageFile {
     pub(crate) fn seal(&self) -> Result<(), StoreError> {
         if let Kind::Durable { writer, .. } = &self.kind {
             let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(f) = w.as_mut() {
-                f.sync().ctx(|| format!("syncing {}", self.name))?;
+            if let Some(a) = w.as_mut() {
+                a.flush().ctx(|| format!("writing {}", self.name))?;
+                a.file.sync().ctx(|| format!("syncing {}", self.name))?;
             }
             *w = None;
         }
@@ -144,9 +194,22 @@ impl PageFile {
                 use std::os::unix::fs::FileExt;
                 durable::read_record(&self.name, end, at, |buf, off| file.read_exact_at(buf, off))
             }
-            Kind::Durable { backend, .. } => {
+            Kind::Durable { backend, writer } => {
                 let name = &self.name;
-                durable::read_record(name, end, at, |buf, off| backend.read_at(name, off, buf))
+                durable::read_record(name, end, at, |buf, off| {
+                    // The bytes still gathered for appending are read from memory; those
+                    // below them are in the file (a flush only moves that boundary up).
+                    let w = writer.lock().unwrap_or_else(|p| p.into_inner());
+                    let in_file = match w.as_ref() {
+                        Some(a) => a.read_gathered(buf, off)?,
+                        None => buf.len(),
+                    };
+                    drop(w);
+                    match in_file {
+                        0 => Ok(()),
+                        n => backend.read_at(name, off, &mut buf[..n]),
+                    }
+                })
             }
         }
     }

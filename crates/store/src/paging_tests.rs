@@ -57,3 +57,32 @@ fn chunk_file_numbers_past_what_a_location_names_are_refused() {
     drop(backend);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Appends to a chunk file are gathered in memory and written a MiB at a time: every
+/// record reads back as appended at any moment (all in memory, straddling a flush, all
+/// in the file), after the seal, and from the file alone once reopened.
+#[test]
+fn gathered_appends_read_back_before_and_after_they_reach_the_file() {
+    let dir = std::env::temp_dir().join(format!("bavl-gathered-{}", std::process::id()));
+    let backend: Arc<dyn Backend> = Arc::new(crate::DirBackend::open(&dir).unwrap());
+    let file = PageFile::create_durable(&backend, 7).unwrap();
+    let body = |i: usize| vec![(i % 251) as u8; 1 + (i * 7919) % 20_000];
+    let mut recs = Vec::new();
+    let on_disk = || std::fs::metadata(dir.join(crate::meta::chunk_file_name(7))).unwrap().len();
+    for i in 0..300 {
+        recs.push(file.append(&body(i)).unwrap());
+        // The newest, the first and a few between: from memory, the file, or both.
+        for j in [0, i / 2, i.saturating_sub(1), i] {
+            assert_eq!(file.read_raw(recs[j]).unwrap(), body(j), "record {j} after {i}");
+        }
+    }
+    assert!(on_disk() > 0 && on_disk() < file.len(), "some written, some gathered");
+    file.seal().unwrap();
+    assert_eq!(on_disk(), file.len(), "sealed: everything in the file");
+    let reopened = PageFile::open_durable(&backend, 7, file.len());
+    for (i, &at) in recs.iter().enumerate() {
+        assert_eq!(reopened.read_raw(at).unwrap(), body(i));
+    }
+    drop(backend);
+    let _ = std::fs::remove_dir_all(&dir);
+}
