@@ -111,3 +111,107 @@ impl<H: Hasher> Snapshot<H> {
         }
     }
 }
+
+/// What [`Snapshot::unpinned_beside`] asks and tells about the bodies it meets.
+struct Unpin<'a> {
+    /// Whether a body (by [`crate::ChunkRef::body_id`]) is one the head holds.
+    live: &'a dyn Fn(usize) -> bool,
+    /// Called for each body this version holds alone and cannot drop (no location).
+    pinned: &'a mut dyn FnMut(usize, usize),
+    stripped: bool,
+}
+
+impl Node {
+    /// [`Node::share_from`] that also, everywhere it does not take `other`'s node, makes
+    /// absent each resident body that is not live and has a location, and reports the
+    /// others that are not live. `other` is `None` where this subtree has no counterpart.
+    fn unpin_from(&self, other: Option<&Node>, u: &mut Unpin<'_>) -> Option<Node> {
+        if let Some(o) = other {
+            if self.same(o) {
+                return None;
+            }
+            if let (Some(a), Some(b)) = (self.cached_hash(), o.cached_hash()) {
+                if a == b {
+                    return Some(o.clone());
+                }
+            }
+            if let Node::Inner(y) = o {
+                if y.height > self.height() {
+                    return self.unpin_from(Some(y.child_for(self.first_key())), u);
+                }
+            }
+        }
+        match self {
+            Node::Paged(_) => None,
+            Node::Chunk(c) => {
+                let id = &**c as *const crate::chunk::Chunk as usize;
+                if (u.live)(id) {
+                    return None;
+                }
+                match (c.hash, c.location()) {
+                    (Some(hash), Some(loc)) => {
+                        u.stripped = true;
+                        let first = c.first_key().into();
+                        let page = crate::node::Page { hash, len: c.len() as u32, first, loc };
+                        Some(Node::Paged(std::sync::Arc::new(page)))
+                    }
+                    _ => {
+                        (u.pinned)(id, c.heap_bytes());
+                        None
+                    }
+                }
+            }
+            Node::Inner(x) => {
+                let (lo, ro) = match other {
+                    Some(Node::Inner(y)) if y.height == x.height => (Some(&y.left), Some(&y.right)),
+                    Some(o) if o.first_key() >= &*x.sep => (None, Some(o)),
+                    Some(o) => (Some(o), None),
+                    None => (None, None),
+                };
+                let (left, right) = (x.left.unpin_from(lo, u), x.right.unpin_from(ro, u));
+                if left.is_none() && right.is_none() {
+                    return None;
+                }
+                let mut n = (**x).clone();
+                if let Some(l) = left {
+                    n.left = l;
+                }
+                if let Some(r) = right {
+                    n.right = r;
+                }
+                Some(Node::Inner(std::sync::Arc::new(n)))
+            }
+        }
+    }
+}
+
+impl<H: Hasher> Snapshot<H> {
+    /// A retained version made to hold no more than it must beside the head `head` (with
+    /// `None`, or a head of another capacity, every body not `live` is treated so), in one
+    /// descent of both that skips every subtree they already share: each subtree equal to
+    /// the head's at the same place becomes the head's ([`Snapshot::sharing`]), and
+    /// elsewhere each resident body that is not `live` (not the head's) and has a location
+    /// becomes absent (as [`Snapshot::without_bodies`]); `pinned(body_id, heap_bytes)` is
+    /// called for each body left that is not `live` (it has no location: it cannot be
+    /// dropped). Equal to this version in everything a read, proof or hash sees; this one
+    /// is unchanged. A store calls it on every retained version after each commit, where
+    /// a walk of every chunk of every version cost more and more as states grew.
+    pub fn unpinned_beside(
+        &self,
+        head: Option<&Snapshot<H>>,
+        live: impl Fn(usize) -> bool,
+        mut pinned: impl FnMut(usize, usize),
+    ) -> Snapshot<H> {
+        let Some(a) = &self.root else { return self.clone() };
+        let head = head.filter(|h| h.capacity == self.capacity);
+        let other = head.and_then(|h| h.root.as_ref());
+        let mut u = Unpin { live: &live, pinned: &mut pinned, stripped: false };
+        match a.unpin_from(other, &mut u) {
+            None => self.clone(),
+            Some(root) => {
+                let paged = self.paged || head.is_some_and(|h| h.paged) || u.stripped;
+                Snapshot::new(Some(root), self.capacity, self.root_hash(), paged)
+            }
+        }
+    }
+}

@@ -48,21 +48,18 @@ pub(crate) fn unpin(versions: &mut std::collections::BTreeMap<u64, Snapshot>, he
         if v == head {
             continue;
         }
-        let (stripped, _) = snap.without_bodies(|c| !live.contains(&c.body_id().unwrap_or(0)));
-        // Then the head's nodes wherever this version equals it: the versions share one
-        // skeleton instead of each holding its own path copies (design §8.5.1).
-        let stripped = match &head_snap {
-            Some(h) => stripped.sharing(h).0,
-            None => stripped,
-        };
-        stripped.for_each_chunk(|c| {
-            if let Some(id) = c.body_id().filter(|id| !live.contains(id)) {
+        // One descent beside the head, skipping what they share: the head's nodes wherever
+        // this version equals it (one skeleton, not a copy per version), bodies on disk
+        // that the head let go made absent, those never written counted (design §8.5.1).
+        *snap = snap.unpinned_beside(
+            head_snap.as_ref(),
+            |id| live.contains(&id),
+            |id, bytes| {
                 if held.insert(id) {
-                    pinned += c.heap_bytes() as u64 + 16;
+                    pinned += bytes as u64 + 16;
                 }
-            }
-        });
-        *snap = stripped;
+            },
+        );
     }
     pinned
 }
