@@ -62,22 +62,27 @@ impl Node {
             _ if other.first_key() >= &*x.sep => (None, x.right.share_from(other, taken)),
             _ => (x.left.share_from(other, taken), None),
         };
+        x.with_children(left, right)
+    }
+}
+
+impl crate::node::Inner {
+    /// A copy of this node with the children given replaced; `None` if none is. The new
+    /// children must equal the old by hash: the node's hash, counts and separator stand.
+    fn with_children(&self, left: Option<Node>, right: Option<Node>) -> Option<Node> {
         if left.is_none() && right.is_none() {
             return None;
         }
-        let mut n = (**x).clone();
+        let mut n = self.clone();
         if let Some(l) = left {
             n.left = l;
         }
         if let Some(r) = right {
             n.right = r;
         }
-        // Same children by hash: the node's hash, counts and separator stand.
         Some(Node::Inner(std::sync::Arc::new(n)))
     }
-}
 
-impl crate::node::Inner {
     /// The child a key belongs under.
     fn child_for(&self, key: &[u8]) -> &Node {
         if key >= &*self.sep {
@@ -168,18 +173,7 @@ impl Node {
                     Some(o) => (Some(o), None),
                     None => (None, None),
                 };
-                let (left, right) = (x.left.unpin_from(lo, u), x.right.unpin_from(ro, u));
-                if left.is_none() && right.is_none() {
-                    return None;
-                }
-                let mut n = (**x).clone();
-                if let Some(l) = left {
-                    n.left = l;
-                }
-                if let Some(r) = right {
-                    n.right = r;
-                }
-                Some(Node::Inner(std::sync::Arc::new(n)))
+                x.with_children(x.left.unpin_from(lo, u), x.right.unpin_from(ro, u))
             }
         }
     }
