@@ -29,41 +29,6 @@ impl Node {
             _ => false,
         }
     }
-
-    /// `self` with the subtrees that equal (by hash) the subtree of `other` at the same
-    /// place replaced by `other`'s nodes; `None` if nothing changes. Where the two shapes
-    /// differ in height, the taller side is descended toward the other's first key, so a
-    /// tree that grew or shrank at the top still shares below. Counts the subtrees taken.
-    fn share_from(&self, other: &Node, taken: &mut u64) -> Option<Node> {
-        if self.same(other) {
-            return None;
-        }
-        if let (Some(a), Some(b)) = (self.cached_hash(), other.cached_hash()) {
-            if a == b {
-                *taken += 1;
-                return Some(other.clone());
-            }
-        }
-        let Node::Inner(x) = self else {
-            // A leaf against a taller subtree: look for it where its keys would be.
-            return match other {
-                Node::Inner(y) => self.share_from(y.child_for(self.first_key()), taken),
-                _ => None,
-            };
-        };
-        let (left, right) = match other {
-            Node::Inner(y) if y.height > x.height => {
-                return self.share_from(y.child_for(self.first_key()), taken);
-            }
-            Node::Inner(y) if y.height == x.height => {
-                (x.left.share_from(&y.left, taken), x.right.share_from(&y.right, taken))
-            }
-            // `other` is lower: it can only match inside the child holding its keys.
-            _ if other.first_key() >= &*x.sep => (None, x.right.share_from(other, taken)),
-            _ => (x.left.share_from(other, taken), None),
-        };
-        x.with_children(left, right)
-    }
 }
 
 impl crate::node::Inner {
@@ -102,18 +67,8 @@ impl<H: Hasher> Snapshot<H> {
     /// resident (where `other` has it resident). Returns it and the number of subtrees
     /// taken; `(self.clone(), 0)` when the capacities differ.
     pub fn sharing(&self, other: &Snapshot<H>) -> (Snapshot<H>, u64) {
-        let (Some(a), Some(b)) = (&self.root, &other.root) else { return (self.clone(), 0) };
-        if self.capacity != other.capacity {
-            return (self.clone(), 0);
-        }
-        let mut taken = 0;
-        match a.share_from(b, &mut taken) {
-            None => (self.clone(), 0),
-            Some(root) => {
-                let paged = self.paged || other.paged;
-                (Snapshot::new(Some(root), self.capacity, self.root_hash(), paged), taken)
-            }
-        }
+        // The unpinning descent with every body live: it only takes equal subtrees.
+        self.descend_beside(Some(other), &|_| true, &mut |_, _| {})
     }
 }
 
@@ -124,12 +79,17 @@ struct Unpin<'a> {
     /// Called for each body this version holds alone and cannot drop (no location).
     pinned: &'a mut dyn FnMut(usize, usize),
     stripped: bool,
+    /// Subtrees taken from the other tree.
+    taken: u64,
 }
 
 impl Node {
-    /// [`Node::share_from`] that also, everywhere it does not take `other`'s node, makes
-    /// absent each resident body that is not live and has a location, and reports the
-    /// others that are not live. `other` is `None` where this subtree has no counterpart.
+    /// `self` with each subtree equal (by hash) to the subtree of `other` at the same place
+    /// replaced by `other`'s node, and elsewhere each resident body that is not live and
+    /// has a location made absent (the others not live reported); `None` if nothing
+    /// changes. Where the two shapes differ in height, the taller side is descended toward
+    /// the other's first key, so a tree that grew or shrank at the top still shares below.
+    /// `other` is `None` where this subtree has no counterpart.
     fn unpin_from(&self, other: Option<&Node>, u: &mut Unpin<'_>) -> Option<Node> {
         if let Some(o) = other {
             if self.same(o) {
@@ -137,6 +97,7 @@ impl Node {
             }
             if let (Some(a), Some(b)) = (self.cached_hash(), o.cached_hash()) {
                 if a == b {
+                    u.taken += 1;
                     return Some(o.clone());
                 }
             }
@@ -196,15 +157,25 @@ impl<H: Hasher> Snapshot<H> {
         live: impl Fn(usize) -> bool,
         mut pinned: impl FnMut(usize, usize),
     ) -> Snapshot<H> {
-        let Some(a) = &self.root else { return self.clone() };
+        self.descend_beside(head, &live, &mut pinned).0
+    }
+
+    /// The descent of [`Snapshot::unpinned_beside`]; also returns the subtrees taken.
+    fn descend_beside(
+        &self,
+        head: Option<&Snapshot<H>>,
+        live: &dyn Fn(usize) -> bool,
+        pinned: &mut dyn FnMut(usize, usize),
+    ) -> (Snapshot<H>, u64) {
+        let Some(a) = &self.root else { return (self.clone(), 0) };
         let head = head.filter(|h| h.capacity == self.capacity);
         let other = head.and_then(|h| h.root.as_ref());
-        let mut u = Unpin { live: &live, pinned: &mut pinned, stripped: false };
+        let mut u = Unpin { live, pinned, stripped: false, taken: 0 };
         match a.unpin_from(other, &mut u) {
-            None => self.clone(),
+            None => (self.clone(), 0),
             Some(root) => {
                 let paged = self.paged || head.is_some_and(|h| h.paged) || u.stripped;
-                Snapshot::new(Some(root), self.capacity, self.root_hash(), paged)
+                (Snapshot::new(Some(root), self.capacity, self.root_hash(), paged), u.taken)
             }
         }
     }
