@@ -47,6 +47,9 @@ struct Appender {
     /// Bytes appended and not yet written to the file; they start at offset `at`.
     buf: Vec<u8>,
     at: u64,
+    /// A write failed: part of `buf` may be in the file, so nothing more may be written
+    /// (it would land at the wrong offset); what was appended still reads from `buf`.
+    failed: bool,
 }
 
 /// Bytes gathered before a write to a chunk file.
@@ -54,8 +57,13 @@ const FLUSH_BYTES: usize = 1 << 20;
 
 impl Appender {
     fn flush(&mut self) -> std::io::Result<()> {
+        if self.failed {
+            return Err(std::io::Error::other("an earlier write to this file failed"));
+        }
         if !self.buf.is_empty() {
+            self.failed = true;
             self.file.write_all(&self.buf)?;
+            self.failed = false;
             self.at += self.buf.len() as u64;
             self.buf.clear();
         }
@@ -100,7 +108,7 @@ impl PageFile {
         let header = durable::chunk_file_header(id);
         let mut buf = Vec::with_capacity(FLUSH_BYTES + (16 << 10));
         buf.extend_from_slice(&header);
-        let writer = Mutex::new(Some(Appender { file, buf, at: 0 }));
+        let writer = Mutex::new(Some(Appender { file, buf, at: 0, failed: false }));
         let kind = Kind::Durable { backend: backend.clone(), writer };
         let (end, entries) = (AtomicU64::new(header.len() as u64), AtomicU64::new(0));
         Ok(Arc::new(PageFile { kind, end, entries, name }))
@@ -133,8 +141,8 @@ impl PageFile {
             Kind::Durable { writer, .. } => {
                 let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
                 let at = self.end.load(Ordering::Acquire);
-                let Some(a) = w.as_mut() else {
-                    return Err(StoreError::Poisoned(format!("{} is sealed", self.name)));
+                let Some(a) = w.as_mut().filter(|a| !a.failed) else {
+                    return Err(StoreError::Poisoned(format!("{} is sealed or failed", self.name)));
                 };
                 a.buf.extend_from_slice(&len);
                 a.buf.extend_from_slice(body);

@@ -86,3 +86,33 @@ fn gathered_appends_read_back_before_and_after_they_reach_the_file() {
     drop(backend);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A write of gathered appends that fails (torn: half of it reaches the file) ends the
+/// file for appending: every later append is refused, never written at a wrong offset,
+/// and every record appended before still reads back as it was.
+#[test]
+fn a_failed_gathered_write_refuses_later_appends_and_keeps_earlier_records() {
+    let dir = std::env::temp_dir().join(format!("bavl-gathered-fail-{}", std::process::id()));
+    let inner: Arc<dyn Backend> = Arc::new(crate::DirBackend::open(&dir).unwrap());
+    // One operation allowed: the file's creation; its first write fails.
+    let backend: Arc<dyn Backend> = Arc::new(crate::FaultyBackend::new(inner, 1));
+    let file = PageFile::create_durable(&backend, 3).unwrap();
+    let body = |i: usize| vec![i as u8; 9_000 + i];
+    let mut recs = Vec::new();
+    let failed = loop {
+        let i = recs.len();
+        match file.append(&body(i)) {
+            Ok(at) => recs.push(at),
+            Err(e) => break e,
+        }
+        assert!(i < 1_000, "a MiB gathered must have been written");
+    };
+    assert!(matches!(failed, StoreError::Io { .. }), "{failed:?}");
+    assert!(matches!(file.append(b"x"), Err(StoreError::Poisoned(_))));
+    assert!(file.seal().is_err(), "a failed file is not sealed as if whole");
+    for (i, &at) in recs.iter().enumerate() {
+        assert_eq!(file.read_raw(at).unwrap(), body(i), "record {i}");
+    }
+    drop(backend);
+    let _ = std::fs::remove_dir_all(&dir);
+}
