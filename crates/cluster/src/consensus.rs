@@ -12,6 +12,7 @@ use std::future::Future;
 
 use openraft::error::{CheckIsLeaderError, RaftError};
 
+use crate::propose::{batchable, Batcher};
 use crate::sm::GroupSm;
 use crate::types::{typ, Command, NodeId, Response};
 
@@ -42,6 +43,16 @@ pub struct OpenraftGroup {
     pub raft: typ::Raft,
     pub sm: GroupSm,
     pub node: NodeId,
+    /// Client writes go through it, to be proposed together (see `propose`).
+    batcher: Batcher,
+}
+
+impl OpenraftGroup {
+    /// The replica `node` of a group, its writes batched by a task of its own.
+    pub fn new(raft: typ::Raft, sm: GroupSm, node: NodeId) -> Self {
+        let batcher = Batcher::start(raft.clone());
+        OpenraftGroup { raft, sm, node, batcher }
+    }
 }
 
 impl Consensus for OpenraftGroup {
@@ -50,10 +61,10 @@ impl Consensus for OpenraftGroup {
         if leader != Some(self.node) {
             return Err(ProposeError::NotLeader(leader));
         }
-        match self.raft.client_write(cmd).await {
-            Ok(r) => Ok(r.data),
-            Err(e) => Err(ProposeError::Unknown(e.to_string())),
+        if batchable(&cmd) {
+            return self.batcher.propose(cmd).await;
         }
+        crate::propose::write(&self.raft, cmd).await
     }
 
     async fn read_barrier(&self) -> Result<(), ProposeError> {

@@ -7,8 +7,11 @@
 //! route by TiKV's region epochs. See `docs/cluster.md`.
 //!
 //! - [`range`]: the deterministic state machine of a range (and of the directory);
-//! - [`sm`], [`log_store`]: openraft's state machine and durable log for one group;
-//! - [`consensus`]: our engine trait and its openraft implementation;
+//! - [`sm`], [`log_store`], [`snapmark`], [`tombstone`]: openraft's state machine and
+//!   durable log for one group, the snapshot mark that orders their files, the markers of
+//!   deleted replicas;
+//! - [`consensus`], [`propose`]: our engine trait and its openraft implementation, the
+//!   leader's batching of client writes;
 //! - [`directory`]: the directory's node list; descriptors following Raft membership;
 //! - [`node`], [`split`], [`read`]: a node hosting many groups, its leader duties, its reads;
 //! - [`moves`], [`cleanup`], [`rebalance`], [`plan`]: range moves by membership change,
@@ -41,6 +44,7 @@ pub mod moves;
 pub mod msg;
 pub mod node;
 pub mod plan;
+pub mod propose;
 pub mod raftnet;
 pub mod range;
 pub mod read;
@@ -50,7 +54,9 @@ pub mod simcheck;
 pub mod simcluster;
 pub mod simnet;
 pub mod sm;
+pub mod snapmark;
 pub mod split;
 pub mod tcp;
+pub mod tombstone;
 pub mod types;
 pub mod versions;

@@ -4,7 +4,9 @@
 //! then, under [`Durability::Fsync`], one `fsync` before openraft is told it is flushed, so an
 //! acknowledged entry survives a crash. Votes are fsynced before `save_vote` returns. The
 //! committed index is written without a sync (openraft allows it to lag). Truncations and
-//! purges are records too; after a failed write or sync the log refuses further writes
+//! purges are records too; a purge past the group's durable snapshot file waits for one that
+//! covers it (see `snapmark`), so no crash can leave a log that starts after the snapshot
+//! file ends; after a failed write or sync the log refuses further writes
 //! (what reached the disk is unknown) until reopened; reopening replays the file and stops at the first torn or
 //! corrupt record (a crash mid-write), cutting the file there.
 //!
@@ -24,6 +26,7 @@ use openraft::{ErrorSubject, ErrorVerb, RaftLogId, RaftLogReader, StorageIOError
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
+use crate::snapmark::{SnapshotMark, PURGE_WAIT};
 use crate::types::{typ, TypeConfig};
 
 /// Largest record accepted when reading the file back (64 MiB).
@@ -66,6 +69,9 @@ struct Inner {
 #[derive(Clone)]
 pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
+    /// What the group's snapshot file covers; a purge past it waits (unset: no wait, for
+    /// openraft's conformance suite, which purges with no snapshot at all).
+    mark: Option<SnapshotMark>,
 }
 
 fn io_err(verb: ErrorVerb, e: impl std::error::Error + 'static) -> typ::StorageError {
@@ -88,7 +94,13 @@ impl LogStore {
             file.sync_all()?;
         }
         inner.file = Some(file);
-        Ok(LogStore { inner: Arc::new(Mutex::new(inner)) })
+        Ok(LogStore { inner: Arc::new(Mutex::new(inner)), mark: None })
+    }
+
+    /// Makes every purge wait until the group's snapshot file covers it (see `snapmark`).
+    pub fn with_snapshot_mark(mut self, mark: SnapshotMark) -> Self {
+        self.mark = Some(mark);
+        self
     }
 
     /// Saves `vote` (synced) unless the log holds a vote at least as new. Used before
@@ -295,6 +307,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: typ::LogId) -> Result<(), typ::StorageError> {
+        if let Some(mark) = &self.mark {
+            let covered = mark.covers(log_id.index, PURGE_WAIT).await;
+            covered.map_err(|e| io_err(ErrorVerb::Delete, e))?;
+        }
         let mut inner = self.inner.lock().await;
         inner.write(Record::Purge(log_id), true).map_err(|e| io_err(ErrorVerb::Write, e))?;
         if inner.records > 1024 {

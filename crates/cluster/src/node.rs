@@ -228,7 +228,8 @@ impl Node {
             sm = sm.with_attested_snapshots(n);
             config.snapshot_policy = openraft::SnapshotPolicy::Never;
         }
-        let log = LogStore::open(&gdir.join(LOG_FILE), self.opts.durability)?;
+        let log = LogStore::open(&gdir.join(LOG_FILE), self.opts.durability)?
+            .with_snapshot_mark(sm.snapshot_mark());
         if empty && !gdir.join(SNAPSHOT_FILE).exists() {
             // A replica this node deleted before, re-created by a message: it must not
             // forget the vote it had, or it would follow a stale leader of an older term,
@@ -241,7 +242,7 @@ impl Node {
         let raft = typ::Raft::new(self.id, Arc::new(config), net, log, sm.clone())
             .await
             .map_err(std::io::Error::other)?;
-        let group = OpenraftGroup { raft, sm, node: self.id };
+        let group = OpenraftGroup::new(raft, sm, self.id);
         self.groups.lock().expect("not poisoned").insert(g, group);
         Ok(())
     }
@@ -456,6 +457,8 @@ pub(crate) fn answer(r: Result<Response, ProposeError>) -> ClientReply {
         Ok(Response::Stale(d)) => ClientReply::Stale(d),
         Ok(Response::Refused(e)) => ClientReply::Refused(e),
         Ok(Response::GroupId(g)) => ClientReply::GroupId(g),
+        // Only `Command::Proposals` is answered so, and the batcher splits its answers.
+        Ok(Response::Each(_)) => ClientReply::Unknown("unsplit answers of a batch".into()),
         Err(ProposeError::NotLeader(l)) => ClientReply::NotLeader(l),
         Err(ProposeError::Unknown(e)) => ClientReply::Unknown(e),
     }

@@ -100,6 +100,15 @@ impl RangeState {
                 (self.commit_merge(*target, *target_version, source), None)
             }
             Command::RollbackMerge { epoch } => (self.rollback_merge(*epoch), None),
+            Command::Proposals(cmds) => {
+                let each = cmds.iter().map(|c| match c {
+                    Command::Put { .. } | Command::Delete { .. } | Command::Batch { .. } => {
+                        self.apply(c).0
+                    }
+                    _ => Response::Refused("only client writes are proposed together".into()),
+                });
+                (Response::Each(each.collect()), None)
+            }
             // A range frozen for a merge takes no write and no split (see `merge`).
             Command::Put { .. }
             | Command::Delete { .. }

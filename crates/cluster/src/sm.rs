@@ -4,7 +4,8 @@
 //! Guarantees: the state in memory is rebuilt on start from the latest snapshot file (or a
 //! split child's base file, or an empty range) and then from the durable log, which openraft
 //! re-applies; so the Raft log is the only write-ahead log and a write costs one fsync. A
-//! snapshot file is written, synced and renamed before openraft may purge the log it covers.
+//! snapshot file is written, synced and renamed before openraft may purge the log it covers
+//! (for an installed snapshot the log store waits for it: see `snapmark`).
 //! A new group (bootstrap, or a split's child) starts from a snapshot at log id `(0, 0)`
 //! holding its initial state and membership, over a log purged up to that id: openraft
 //! sees it initialized, and a replica that lacks the group gets that state as a snapshot.
@@ -21,6 +22,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::range::{RangeState, SplitChild};
+use crate::snapmark::SnapshotMark;
+pub use crate::tombstone::{
+    raise_tombstone, read_tombstone, tombstone_file, Tombstone, MAX_TOMBSTONE_BYTES,
+};
 use crate::types::{typ, Command, GroupId, RangeDesc, Response, SnapshotData, TypeConfig};
 use crate::versions::{AttestOutcome, Version, Versions};
 
@@ -74,6 +79,8 @@ pub struct GroupSm {
     snapshot_every: Option<u64>,
     /// Set when a snapshot build was triggered and has not run yet.
     building: Arc<AtomicBool>,
+    /// What the snapshot file covers, raised after each one is written (see `snapmark`).
+    mark: SnapshotMark,
 }
 
 /// Directory of group `id` under a node's directory.
@@ -119,10 +126,23 @@ impl GroupSm {
             let v = shared.version(f.data.attested);
             shared.versions.set_file(v, false);
         }
+        let mark = SnapshotMark::new(shared.versions.file_index());
         let shared = Arc::new(Mutex::new(shared));
         let node_dir = node_dir.to_path_buf();
         let building = Arc::default();
-        Ok(GroupSm { shared, dir, node_dir, children, snapshot_every: None, building })
+        Ok(GroupSm { shared, dir, node_dir, children, snapshot_every: None, building, mark })
+    }
+
+    /// What this group's snapshot file covers; the group's log store waits on it to purge.
+    pub fn snapshot_mark(&self) -> SnapshotMark {
+        self.mark.clone()
+    }
+
+    /// Writes `file` as the group's snapshot file (durably), then raises the mark.
+    fn write_snapshot(&self, file: &SnapshotFile) -> std::io::Result<()> {
+        write_atomic(&self.dir.join(SNAPSHOT_FILE), &serde_json::to_vec(file)?)?;
+        self.mark.written(file.meta.last_log_id.map(|l| l.index));
+        Ok(())
     }
 
     /// Seals a version every `n / 4` log indexes and builds snapshots only from versions a
@@ -192,75 +212,6 @@ pub fn seed_group(node_dir: &Path, data: &SnapshotData) -> std::io::Result<()> {
     write_atomic(&dir.join(SNAPSHOT_FILE), &serde_json::to_vec(&file)?)
 }
 
-/// The marker a node leaves when it deletes its replica of group `id` (see `moves`).
-pub fn tombstone_file(node_dir: &Path, id: GroupId) -> PathBuf {
-    node_dir.join(format!("tombstone-{id}"))
-}
-
-/// What a tombstone marker holds: the vote of the deleted replica (the newest of the
-/// replicas of the group this node deleted). Raft requires a node never to forget its vote;
-/// a replica re-created empty by a message of its group starts from this one, so it never
-/// accepts a leader of an older term than one it had already followed (see `moves`).
-/// An empty marker (older versions) holds no vote.
-#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq, Eq)]
-pub struct Tombstone {
-    pub vote: Option<typ::Vote>,
-}
-
-/// Largest tombstone marker read (a vote's JSON is well under 200 bytes).
-pub const MAX_TOMBSTONE_BYTES: u64 = 4096;
-
-/// The tombstone marker of group `id`, if this node ever deleted a replica of it. A marker
-/// longer than [`MAX_TOMBSTONE_BYTES`], or one that does not decode, is an error (checked
-/// before anything is read into memory), never "no vote".
-pub fn read_tombstone(node_dir: &Path, id: GroupId) -> std::io::Result<Option<Tombstone>> {
-    let path = tombstone_file(node_dir, id);
-    let mut file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let len = file.metadata()?.len();
-    if len > MAX_TOMBSTONE_BYTES {
-        let what = format!("{}: {len} bytes, over {MAX_TOMBSTONE_BYTES}", path.display());
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, what));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(&mut file, MAX_TOMBSTONE_BYTES),
-        &mut bytes,
-    )?;
-    if bytes.is_empty() {
-        return Ok(Some(Tombstone::default()));
-    }
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-}
-
-/// Writes (durably) the tombstone marker of group `id`, keeping the newer of the vote it
-/// held and `vote`. The vote is kept uncommitted: it has to refuse leaders of older terms
-/// (and other candidates of its term), not to grant anything; a committed vote naming this
-/// node could make openraft restore a leader's state when the replica starts.
-pub fn raise_tombstone(
-    node_dir: &Path,
-    id: GroupId,
-    vote: Option<typ::Vote>,
-) -> std::io::Result<()> {
-    let existing = read_tombstone(node_dir, id)?;
-    let old = existing.clone().unwrap_or_default();
-    let vote = vote.map(|v| typ::Vote::new(v.leader_id.term, v.leader_id.node_id));
-    let vote = match (old.vote, vote) {
-        (Some(a), Some(b)) if a >= b => Some(a),
-        (a, b) => b.or(a),
-    };
-    if existing.is_some() && old.vote == vote {
-        return Ok(());
-    }
-    let marker = Tombstone { vote };
-    write_atomic(&tombstone_file(node_dir, id), &serde_json::to_vec(&marker)?)
-}
-
 /// Reads a JSON file if it exists; a file that does not decode is an error, not absence.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<Option<T>> {
     match std::fs::read(path) {
@@ -295,9 +246,7 @@ impl GroupSm {
             snapshot_id: id,
         };
         let file = SnapshotFile { meta: meta.clone(), data: v.data() };
-        let bytes = serde_json::to_vec(&file).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        write_atomic(&self.dir.join(SNAPSHOT_FILE), &bytes)
-            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        self.write_snapshot(&file).map_err(|e| sm_err(ErrorVerb::Write, e))?;
         self.shared.lock().expect("not poisoned").versions.set_file(v, false);
         Ok(Snapshot { meta, snapshot: Box::new(file.data) })
     }
@@ -336,9 +285,7 @@ impl RaftSnapshotBuilder<TypeConfig> for GroupSm {
             (s.state.export(), meta)
         };
         let file = SnapshotFile { meta: meta.clone(), data };
-        let bytes = serde_json::to_vec(&file).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        write_atomic(&self.dir.join(SNAPSHOT_FILE), &bytes)
-            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        self.write_snapshot(&file).map_err(|e| sm_err(ErrorVerb::Write, e))?;
         Ok(Snapshot { meta, snapshot: Box::new(file.data) })
     }
 }
@@ -417,11 +364,14 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
         meta: &typ::SnapshotMeta,
         data: Box<SnapshotData>,
     ) -> Result<(), typ::StorageError> {
-        let state = RangeState::import(&data).map_err(|e| sm_err(ErrorVerb::Read, e))?;
+        // Whatever fails, a purge waiting for this snapshot's file must hear of it.
+        let state = RangeState::import(&data)
+            .map_err(|e| sm_err(ErrorVerb::Read, e))
+            .inspect_err(|_| self.mark.failed())?;
         let file = SnapshotFile { meta: meta.clone(), data: *data };
-        let bytes = serde_json::to_vec(&file).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        write_atomic(&self.dir.join(SNAPSHOT_FILE), &bytes)
-            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        self.write_snapshot(&file)
+            .map_err(|e| sm_err(ErrorVerb::Write, e))
+            .inspect_err(|_| self.mark.failed())?;
         let mut s = self.shared.lock().expect("not poisoned");
         s.state = state;
         s.last_applied = meta.last_log_id;

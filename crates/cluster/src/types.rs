@@ -142,6 +142,11 @@ pub enum Command {
     /// Merge undone, in the right range's log, once the left range's log refused the
     /// merge: the range is unfrozen at `version + 1`.
     RollbackMerge { epoch: Epoch },
+    /// Client writes (`Put`, `Delete`, `Batch`) proposed together by the leader (see
+    /// `propose`): applied in order, each as if it were its own entry (its own epoch and
+    /// fence checks), each answered in [`Response::Each`]; any other command inside is
+    /// refused on its own.
+    Proposals(Vec<Command>),
 }
 
 /// A node as the directory knows it.
@@ -184,6 +189,8 @@ pub enum Response {
     GroupId(GroupId),
     /// A merge step was applied (or had been): the descriptor after it.
     Merge(RangeDesc),
+    /// The answers to [`Command::Proposals`], one per command, in order.
+    Each(Vec<Response>),
 }
 
 /// What moves as a Raft snapshot: the range descriptor and the bavl tree as its chunks,

@@ -147,3 +147,47 @@ fn tiling_finds_overlaps_and_gaps() {
     let (o, g) = tiling(&[d(1, "", ""), d(2, "m", "")]);
     assert_eq!((o.len(), g.len()), (1, 0));
 }
+
+#[test]
+fn proposals_together_answer_and_apply_as_each_alone() {
+    let mut s = filled(20);
+    let k = s.split_key().unwrap();
+    s.apply(&Command::Split { epoch: Epoch::default(), key: k.clone(), new_id: 2 });
+    let epoch = s.desc.epoch;
+    let writes = vec![
+        Command::Put { epoch, key: key(1), value: b"one".to_vec() },
+        Command::Put { epoch: Epoch::default(), key: key(2), value: b"old epoch".to_vec() },
+        Command::Put { epoch, key: k.clone(), value: b"foreign".to_vec() },
+        Command::Delete { epoch, key: key(3) },
+        Command::Batch {
+            epoch,
+            ops: vec![BatchOp::Put(key(4), b"b".to_vec()), BatchOp::Delete(k)],
+        },
+        Command::Batch { epoch, ops: vec![BatchOp::Put(key(5), b"b".to_vec())] },
+        Command::Put { epoch, key: key(1), value: b"one again".to_vec() },
+    ];
+    let mut alone = s.clone();
+    let answers: Vec<_> = writes.iter().map(|c| alone.apply(c).0).collect();
+    assert!(
+        answers.contains(&Response::Done) && answers.contains(&Response::Stale(s.desc.clone()))
+    );
+    let (together, child) = s.apply(&Command::Proposals(writes));
+    assert!(child.is_none());
+    assert_eq!(together, Response::Each(answers));
+    assert_eq!(s.tree.root_hash(), alone.tree.root_hash());
+
+    // Anything but a client write inside is refused on its own, without effect.
+    let before = s.tree.root_hash();
+    let desc = s.desc.clone();
+    let split = s.split_key().unwrap();
+    let odd = vec![
+        Command::Split { epoch, key: split, new_id: 3 },
+        Command::Proposals(vec![Command::Delete { epoch, key: key(1) }]),
+        Command::AllocGroupId,
+    ];
+    let (r, child) = s.apply(&Command::Proposals(odd));
+    assert!(child.is_none());
+    let Response::Each(each) = r else { panic!("{r:?}") };
+    assert!(each.iter().all(|r| matches!(r, Response::Refused(_))), "{each:?}");
+    assert_eq!((s.tree.root_hash(), s.desc.clone()), (before, desc));
+}

@@ -84,3 +84,62 @@ fn tombstone_markers_are_read_defensively() {
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
     assert!(e.to_string().contains("bytes"), "{e}");
 }
+
+/// A follower installing its leader's snapshot: openraft issues the log purge up to the
+/// snapshot without waiting for the install, so the purge must wait for the snapshot file
+/// (a crash between the two would leave a log starting after the file ends).
+#[test]
+fn a_purge_for_an_installed_snapshot_waits_for_its_file() {
+    use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let desc = RangeDesc::whole(1, BTreeSet::new());
+        let mut leader = GroupSm::open(leader_dir.path(), desc.clone(), tx.clone()).unwrap();
+        let data = *leader.build_snapshot().await.unwrap().snapshot;
+        let at = openraft::testing::log_id(2, 1, 30);
+        let meta = typ::SnapshotMeta {
+            last_log_id: Some(at),
+            last_membership: Default::default(),
+            snapshot_id: "2-30".into(),
+        };
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut sm = GroupSm::open(dir.path(), desc.clone(), tx.clone()).unwrap();
+        let group = bavl_cluster::sm::group_dir(dir.path(), 1);
+        let log = LogStore::open(&group.join("raft.log"), Durability::Fsync)
+            .unwrap()
+            .with_snapshot_mark(sm.snapshot_mark());
+        let purge = {
+            let mut log = log.clone();
+            tokio::spawn(async move { log.purge(at).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!purge.is_finished(), "the log was purged before the snapshot file was written");
+        assert_eq!(log.clone().get_log_state().await.unwrap().last_purged_log_id, None);
+        sm.install_snapshot(&meta, Box::new(data.clone())).await.unwrap();
+        purge.await.unwrap().unwrap();
+        assert_eq!(log.clone().get_log_state().await.unwrap().last_purged_log_id, Some(at));
+        assert!(group.join("snapshot.json").exists());
+
+        // An install that fails (its directory gone) ends the purge waiting on it with an
+        // error, instead of leaving the group's Raft core blocked.
+        let dir = tempfile::tempdir().unwrap();
+        let mut sm = GroupSm::open(dir.path(), desc, tx).unwrap();
+        let group = bavl_cluster::sm::group_dir(dir.path(), 1);
+        let log = LogStore::open(&dir.path().join("raft.log"), Durability::Fsync)
+            .unwrap()
+            .with_snapshot_mark(sm.snapshot_mark());
+        let purge = {
+            let mut log = log.clone();
+            tokio::spawn(async move { log.purge(at).await })
+        };
+        std::fs::remove_dir_all(&group).unwrap();
+        assert!(sm.install_snapshot(&meta, Box::new(data)).await.is_err());
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), purge).await;
+        let e = ended.expect("a purge outlived the failed install").unwrap().unwrap_err();
+        assert!(e.to_string().contains("failed"), "{e}");
+        assert_eq!(log.clone().get_log_state().await.unwrap().last_purged_log_id, None);
+    });
+}

@@ -1,0 +1,63 @@
+//! Client writes to one group that arrive together share log entries (see `propose`), and
+//! each is still answered on its own.
+
+use std::time::Duration;
+
+use bavl_cluster::client::ClientOptions;
+use bavl_cluster::sim::{runtime, SimOptions};
+use bavl_cluster::simcluster::SimCluster;
+use bavl_cluster::simnet::Faults;
+
+#[test]
+fn concurrent_writes_to_one_group_share_log_entries() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SimOptions {
+            split_keys: 1_000_000,
+            faults: Faults { loss: 0.0, max_delay_ms: 1 },
+            ..SimOptions::new(3, dir.path())
+        };
+        let cluster = SimCluster::start(opts).await.unwrap();
+        // Settle: the directory knows the one range, and a first write found its leader.
+        let mut c = cluster.client(1000, ClientOptions::default());
+        c.put(b"warm", b"up").await.unwrap();
+        let (ranges, problems) = cluster.ranges();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(ranges.len(), 1, "{ranges:?}");
+        let (_, leader) = cluster.leader(ranges[0].id, Duration::from_secs(10)).await.unwrap();
+        let last = || leader.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        let before = last();
+
+        const WRITERS: u64 = 64;
+        // Each client warmed up first (its routing cache filled), then all write at once.
+        let mut clients = Vec::new();
+        for i in 0..WRITERS {
+            let mut c = cluster.client(i + 1, ClientOptions::default());
+            c.put(b"warm", b"up").await.unwrap();
+            clients.push(c);
+        }
+        let before_writes = last();
+        let mut tasks = Vec::new();
+        for (i, mut c) in (0..WRITERS).zip(clients) {
+            tasks.push(tokio::spawn(async move {
+                let key = format!("k{i:03}").into_bytes();
+                c.put(&key, &i.to_be_bytes()).await.map(|()| key)
+            }));
+        }
+        let mut keys = Vec::new();
+        for t in tasks {
+            keys.push(t.await.unwrap().expect("a batched write failed"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let entries = last() - before_writes;
+        assert!(
+            entries * 2 <= WRITERS,
+            "{WRITERS} concurrent writes took {entries} log entries (warm-up: {})",
+            before_writes - before
+        );
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(c.get(key).await.unwrap(), Some((i as u64).to_be_bytes().to_vec()));
+        }
+        cluster.shutdown().await;
+    });
+}
