@@ -155,6 +155,9 @@ pub fn open_with(
         // of --preload and bavl-paged-cached, which evict nothing, keep the in-memory
         // store's, so that the cached run differs from `bavl` by the paged code path alone.
         let opts = if bytes < CACHED_BUDGET_BYTES {
+            // As `bavl` runs a paged store: freed memory returned after 100 ms.
+            #[cfg(feature = "mimalloc")]
+            bavl_alloc::paged_memory();
             Options::paged(bytes)
         } else {
             Options { cache_bytes: Some(bytes), ..Options::default() }

@@ -33,8 +33,10 @@ pub struct CgroupArgs {
     keys: Option<Vec<u64>>,
     /// Stores, comma-separated, run in this order at each key count: the Rust stores of
     /// `bavl-peers list`, and `bavl-purge` and `bavl-paged-purge`: bavl and bavl-paged with
-    /// mimalloc returning freed memory to the OS after 10 ms (MIMALLOC_PURGE_DELAY=10)
-    /// instead of keeping it (`bavl_alloc::keep_freed_memory`); `bavl-paged-nothp`:
+    /// mimalloc returning freed memory to the OS after 10 ms (MIMALLOC_PURGE_DELAY=10;
+    /// bavl keeps it, `bavl_alloc::keep_freed_memory`, and bavl-paged returns it after
+    /// 100 ms, `bavl_alloc::paged_memory`); `bavl-paged-keep`: bavl-paged keeping freed
+    /// memory (MIMALLOC_PURGE_DELAY=-1, as before 2026-11-28); `bavl-paged-nothp`:
     /// bavl-paged with no transparent huge pages (MIMALLOC_ALLOW_THP=0); and
     /// `bavl-paged-bounded`: that and freed memory returned after 1 s
     /// (`bavl_alloc::bounded_memory`, by environment).
@@ -120,7 +122,7 @@ const NOTES: &[&str] = &[
     "ram_bytes_per_key and cgroup_bytes_per_key: rss_peak_bytes and cgroup_peak_before_readback_bytes over keys_final; disk_bytes_per_key: the store directory's allocated bytes after the run over keys_final.",
     "write_bytes_per_op and read_bytes_per_op: /proc/self/io write_bytes and read_bytes of the child over the measured blocks, per operation (all threads, io_uring workers included; buffered writes count when dirtied); pages_4k_read_per_op = read_bytes_per_op / 4096.",
     "The block stream is written by the parent (outside the group), so the child reads it from the page cache charged to the parent; the parent holds the generated state in a BTreeMap while generating (not charged to the group).",
-    "Every child runs on mimalloc told to keep the memory it frees (bavl_alloc::keep_freed_memory, as the `bavl` binary ships), so a process's resident set never falls below its high-water mark. `bavl-purge` and `bavl-paged-purge` run with MIMALLOC_PURGE_DELAY=10 (freed memory returned after 10 ms); `bavl-paged-nothp` with MIMALLOC_ALLOW_THP=0 (no transparent huge pages, freed memory still kept); `bavl-paged-bounded` with MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=1000 (what bavl_alloc::bounded_memory sets: no transparent huge pages, freed memory returned after 1 s). nomt's page pool is its own mmap and never shrinks either way.",
+    "Every child runs on mimalloc as the `bavl` binary ships: an in-memory store (bavl, bavl-paged-cached) keeps the memory it frees (bavl_alloc::keep_freed_memory), so its resident set never falls below its high-water mark; a store with a bounded budget (bavl-paged and its variants) returns freed memory after 100 ms (bavl_alloc::paged_memory, since 2026-11-28; kept before), huge pages still allowed. `bavl-purge` and `bavl-paged-purge` run with MIMALLOC_PURGE_DELAY=10 (freed memory returned after 10 ms); `bavl-paged-keep` with MIMALLOC_PURGE_DELAY=-1 (freed memory kept, as bavl-paged ran before 2026-11-28); `bavl-paged-nothp` with MIMALLOC_ALLOW_THP=0 (no transparent huge pages); `bavl-paged-bounded` with MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=1000 (what bavl_alloc::bounded_memory sets: no transparent huge pages, freed memory returned after 1 s). nomt's page pool is its own mmap and never shrinks either way.",
     "The final state (key count and digest of every key the stream ever wrote) is checked by a second child process outside the memory group, after the measured one has closed the store: that read-back holds the sorted list of keys (200 MB at 10M) and is a check, not a measurement (inside the group, nomt at 10M was OOM-killed by it after its last block).",
     "reopen_s: opening the closed store again inside the same group (bavl: Store::open, checkpoint load + log replay; nomt: Nomt::open).",
 ];
@@ -169,6 +171,8 @@ fn child_store(name: &str) -> (&str, &'static [(&'static str, &'static str)]) {
     match name {
         "bavl-purge" => ("bavl", &[("MIMALLOC_PURGE_DELAY", "10")]),
         "bavl-paged-purge" => ("bavl-paged", &[("MIMALLOC_PURGE_DELAY", "10")]),
+        // Freed memory kept, as bavl-paged ran before `bavl_alloc::paged_memory`.
+        "bavl-paged-keep" => ("bavl-paged", &[("MIMALLOC_PURGE_DELAY", "-1")]),
         // Transparent huge pages off only (`bavl_alloc::no_transparent_huge_pages`).
         "bavl-paged-nothp" => ("bavl-paged", &[("MIMALLOC_ALLOW_THP", "0")]),
         // What `bavl_alloc::bounded_memory` sets, by environment.

@@ -200,6 +200,11 @@ pub fn sample_proofs(
 pub fn run(args: &LoadtestArgs) -> Result<ExitCode> {
     let mix = mix(args)?;
     let opts = options(args)?;
+    // A paged store returns freed memory to the OS (`bavl_alloc::paged_memory`).
+    #[cfg(feature = "mimalloc")]
+    if opts.cache_bytes.is_some() {
+        bavl_alloc::paged_memory();
+    }
     let db = &args.db;
     let hidden = args.quiet || !std::io::stderr().is_terminal();
     let t = Instant::now();

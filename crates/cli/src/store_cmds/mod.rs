@@ -87,6 +87,11 @@ pub const READ_CACHE_MIB: u64 = 256;
 pub fn open_existing_with(db: &Path, keep: u64, cache_mib: Option<u64>) -> Result<Store> {
     require_store(db)?;
     let cache_mib = cache_mib.or(paged_on_disk(db).then_some(READ_CACHE_MIB));
+    // A paged store returns freed memory to the OS (`bavl_alloc::paged_memory`).
+    #[cfg(feature = "mimalloc")]
+    if cache_mib.is_some() {
+        bavl_alloc::paged_memory();
+    }
     let opts = Options {
         keep_recent: keep,
         checkpoint: CheckpointPolicy::Manual,
