@@ -51,8 +51,8 @@ pub fn keep_freed_memory() {
 /// Measured (2026-11-28, `docs/results/README.md`): a preloaded 10M-key store, budget
 /// 256 MiB, 10 blocks of 10k operations (`bavl-peers child --store bavl-paged --preloaded
 /// --reopen`), interleaved runs on a shared machine: peak RSS 553-586 MB with freed memory
-/// kept, 523-533 MB purging after 1 s, 495-506 MB after 100 ms, 477-491 MB after 0 ms.
-/// CPU per block 613-820 ms kept, 671-861 ms after 100 ms, 653-941 ms after 0 ms: the
+/// kept, 523-533 MB purging after 1 s, 495-506 MB after 100 ms, 475-491 MB after 0 ms.
+/// CPU per block 613-820 ms kept, 671-861 ms after 100 ms, 653-952 ms after 0 ms: the
 /// prompter the purge, the more page faults, and the runs' spread is as wide as the
 /// differences; 100 ms takes most of the RSS for the least of the cost. Turning huge
 /// pages off instead cost 0.31 of the ops/s for 0.10 of the RSS (`paged-10m-nothp.json`),
