@@ -28,7 +28,7 @@ pub const MAX_BATCH: usize = 256;
 /// Most bytes of keys and values in one proposed entry (the first command always goes).
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Most entries of batched writes in flight at once.
-pub const IN_FLIGHT: usize = 4;
+pub const IN_FLIGHT: usize = 1;
 
 type Answer = Result<Response, ProposeError>;
 type Pending = (Command, oneshot::Sender<Answer>);

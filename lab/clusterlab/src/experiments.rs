@@ -91,7 +91,7 @@ pub(crate) fn phase(name: String, workload: Workload, clients: u32, seconds: f64
     PhaseSpec { name, workload, clients, seconds }
 }
 
-async fn background(c: &LabCluster, seconds: f64) -> Background {
+pub(crate) async fn background(c: &LabCluster, seconds: f64) -> Background {
     let a = c.stats().await;
     let t = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(seconds)).await;

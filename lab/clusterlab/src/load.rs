@@ -24,7 +24,7 @@ use crate::keys;
 use crate::wire::{proc_cpu_s, query_stats, NodeStats};
 
 /// What the clients do.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     /// Gets of preloaded keys.

@@ -23,6 +23,7 @@ mod metrics;
 mod model;
 mod node;
 mod plot;
+mod probe;
 mod report;
 mod setup;
 mod wire;
@@ -70,6 +71,9 @@ enum Cmd {
         #[arg(long)]
         spec: String,
     },
+    /// One workload's throughput at a few partition counts, printed side by side (a quick
+    /// A/B of a cost change; writes nothing). Example: `probe --partitions 1,8 --workload update`.
+    Probe(probe::ProbeArgs),
 }
 
 fn repo_root() -> PathBuf {
@@ -92,6 +96,15 @@ fn main() -> Result<()> {
             let r = runtime()?.block_on(load::run(spec))?;
             println!("{}", serde_json::to_string(&r)?);
             Ok(())
+        }
+        Some(Cmd::Probe(p)) => {
+            let root = repo_root();
+            let work = if cli.run.work.is_absolute() {
+                cli.run.work.clone()
+            } else {
+                root.join(&cli.run.work)
+            };
+            runtime()?.block_on(probe::run(&cli.run, &p, &work))
         }
         None => {
             let root = repo_root();

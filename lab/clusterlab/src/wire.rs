@@ -121,8 +121,9 @@ type Counters = Arc<Mutex<BTreeMap<String, Count>>>;
 pub async fn serve_counted(node: Arc<Node>, listener: TcpListener) {
     let counters: Counters = Arc::default();
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let Ok((stream, _)) = listener.accept().await else { continue };
         let _ = stream.set_nodelay(true);
+        let mut stream = tokio::io::BufReader::new(stream);
         let node = node.clone();
         let counters = counters.clone();
         tokio::spawn(async move {
