@@ -15,6 +15,7 @@
 
 mod cluster;
 mod csv;
+mod entrycost;
 mod experiments;
 mod keys;
 mod load;

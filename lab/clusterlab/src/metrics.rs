@@ -21,6 +21,8 @@ pub struct Metrics {
     /// Request/reply exchanges between processes per operation (each is two messages).
     pub rpcs_per_op: f64,
     pub raft_rpcs_per_op: f64,
+    /// Raft appends that carried entries, per operation (over both followers).
+    pub raft_appends_per_op: f64,
     pub bytes_per_op: f64,
     pub dir_lookups_per_op: f64,
     pub dir_writes_per_op: f64,
@@ -64,6 +66,7 @@ pub fn metrics(p: &PhaseResult, bg: Option<&Background>) -> Metrics {
                 m.raft_rpcs_per_op += c.rpcs as f64 / ops;
             }
             match class.as_str() {
+                "raft_append" => m.raft_appends_per_op += c.rpcs as f64 / ops,
                 "dir_lookup" => m.dir_lookups_per_op += c.rpcs as f64 / ops,
                 "dir_write" | "dir_read" => m.dir_writes_per_op += c.rpcs as f64 / ops,
                 _ => {}

@@ -354,6 +354,7 @@ pub fn write(s: &Setup, r: &Results, out: &Path, elapsed: f64) -> Result<()> {
             "bytes_per_op": "frame bytes (with the 4-byte length) of requests and replies",
             "faults_injected": "node processes killed with SIGKILL during a recorded load and restarted (one per history)",
         },
+        "entry_cost": crate::entrycost::entry_cost(&r.sweep, 1.5),
         "per_op_cost_ratio_by_partitions": {"kind": "measured",
             "values": settings.iter().map(|(n, rows, _)| (n.clone(), json!(ratios(rows)))).collect::<serde_json::Map<_, _>>()},
         "partitions": partitions,
