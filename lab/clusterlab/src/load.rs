@@ -36,7 +36,8 @@ pub enum Workload {
     /// 80% search, 15% update, 5% insert (the paper's mixed workload).
     Mixed,
     /// For histories (empty store): 40% get, 40% put, 5% delete of `keys` hot keys, 15%
-    /// puts of fresh keys.
+    /// puts of fresh keys. Not a `probe` workload (it needs an empty store).
+    #[value(skip)]
     History,
 }
 

@@ -73,7 +73,7 @@ enum Cmd {
         spec: String,
     },
     /// One workload's throughput at a few partition counts, printed side by side (a quick
-    /// A/B of a cost change; writes nothing). Example: `probe --partitions 1,8 --workload update`.
+    /// A/B of a cost change; clusters live under --work, no results are written). Example: `probe --partitions 1,8 --workload update`.
     Probe(probe::ProbeArgs),
 }
 
@@ -82,6 +82,15 @@ fn repo_root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .unwrap_or_else(|_| ".".into())
+}
+
+/// `--work`, relative to the repository's root unless absolute.
+fn work_dir(root: &Path, a: &RunArgs) -> PathBuf {
+    if a.work.is_absolute() {
+        a.work.clone()
+    } else {
+        root.join(&a.work)
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -99,12 +108,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Some(Cmd::Probe(p)) => {
-            let root = repo_root();
-            let work = if cli.run.work.is_absolute() {
-                cli.run.work.clone()
-            } else {
-                root.join(&cli.run.work)
-            };
+            let work = work_dir(&repo_root(), &cli.run);
             runtime()?.block_on(probe::run(&cli.run, &p, &work))
         }
         None => {
@@ -117,7 +121,7 @@ fn main() -> Result<()> {
                     root.join("docs/results")
                 }
             });
-            let work = if a.work.is_absolute() { a.work.clone() } else { root.join(&a.work) };
+            let work = work_dir(&root, &a);
             runtime()?.block_on(experiments::run_all(&a, &root, &out, &work))
         }
     }

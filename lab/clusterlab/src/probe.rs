@@ -1,6 +1,7 @@
 //! `bavl-clusterlab probe`: one workload's throughput phase at a few partition counts, side
 //! by side in one run, printed as a table: the quick A/B of a change to the cluster's costs
-//! (the full run takes ~10 minutes; this one about a minute). Nothing is written.
+//! (the full run takes ~10 minutes; this one about 30 s per partition count). No results
+//! are written; the clusters live under `--work`.
 //!
 //! Every partition count gets a fresh cluster with the same settings as the full run's
 //! default sweep (`experiments::config`), an idle background measurement, a warm-up and one
