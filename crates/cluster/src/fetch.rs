@@ -48,7 +48,7 @@ const LOG_LEN: usize = 32;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Manifest {
     pub desc: Option<RangeDesc>,
-    #[serde(with = "hex::serde")]
+    #[serde(with = "crate::codec::bytes")]
     pub root: Vec<u8>,
     pub capacity: u32,
     pub chunk_count: u64,
@@ -56,7 +56,7 @@ pub struct Manifest {
     /// The committed `Attest` entry naming `root` (none: a group's origin snapshot).
     pub attested: Option<typ::LogId>,
     /// The range's merge state (see `merge`), small: carried whole.
-    #[serde(default, skip_serializing_if = "crate::merge::MergeState::is_empty")]
+    #[serde(default)]
     pub merge: crate::merge::MergeState,
 }
 
@@ -78,7 +78,7 @@ impl Manifest {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FetchRequest {
     pub index: u64,
-    #[serde(with = "hex::serde")]
+    #[serde(with = "crate::codec::bytes")]
     pub root: Vec<u8>,
     pub first: u64,
     pub count: u32,

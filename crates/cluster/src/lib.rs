@@ -29,6 +29,7 @@
 
 pub mod cleanup;
 pub mod client;
+pub mod codec;
 pub mod consensus;
 pub mod directory;
 pub mod fetch;

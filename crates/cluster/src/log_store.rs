@@ -10,8 +10,13 @@
 //! (what reached the disk is unknown) until reopened; reopening replays the file and stops at the first torn or
 //! corrupt record (a crash mid-write), cutting the file there.
 //!
-//! Frame: `len: u32 LE | crc32(payload): u32 LE | payload` where the payload is the JSON of a
-//! `Record` (entries, truncate, purge, vote, committed); a frame longer than [`MAX_RECORD`] is treated as corrupt before allocating.
+//! File: the 8-byte header [`MAGIC`], then frames `len: u32 LE | crc32(payload): u32 LE |
+//! payload` where the payload is the binary encoding ([`crate::codec`]) of a `Record`
+//! (entries, truncate, purge, vote, committed); a frame longer than [`MAX_RECORD`] is
+//! treated as corrupt before allocating. A file that does not begin with the header (a log
+//! of the first format, JSON records without a header) is refused, never replayed as torn;
+//! an empty file, or a strict prefix of the header (a crash while the file was created), is
+//! an empty log.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -28,6 +33,9 @@ use tokio::sync::Mutex;
 
 use crate::snapmark::{SnapshotMark, PURGE_WAIT};
 use crate::types::{typ, TypeConfig};
+
+/// The first bytes of every log file: "BAVL Raft log", format 2 (binary records).
+pub const MAGIC: &[u8; 8] = b"BAVLRLG2";
 
 /// Largest record accepted when reading the file back (64 MiB).
 pub const MAX_RECORD: usize = 64 << 20;
@@ -87,8 +95,14 @@ impl LogStore {
         if path.exists() {
             File::open(path)?.read_to_end(&mut bytes)?;
         }
-        let good = replay(&bytes, &mut inner);
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let good = match records(path, &bytes)? {
+            Some(records) => MAGIC.len() + replay(records, &mut inner),
+            None => {
+                create(path)?.sync_all()?;
+                MAGIC.len()
+            }
+        };
+        let file = OpenOptions::new().append(true).open(path)?;
         if (good as u64) < file.metadata()?.len() {
             file.set_len(good as u64)?;
             file.sync_all()?;
@@ -120,8 +134,36 @@ impl LogStore {
 pub fn seed(path: &Path, upto: typ::LogId) -> std::io::Result<()> {
     let mut inner =
         Inner { path: path.to_path_buf(), durability: Some(Durability::Fsync), ..Inner::default() };
-    inner.file = Some(File::create(path)?);
+    inner.file = Some(create(path)?);
     inner.write(Record::Purge(upto), true)
+}
+
+/// Creates (or empties) the log file at `path` and writes its header, unsynced: the caller
+/// syncs it, or its first record's sync does.
+fn create(path: &Path) -> std::io::Result<File> {
+    let mut file = File::create(path)?;
+    file.write_all(MAGIC)?;
+    Ok(file)
+}
+
+/// The records of the log file `path` whose bytes are `bytes`: what follows the header, or
+/// `None` for an empty file or a strict prefix of the header (created, not yet written).
+fn records<'a>(path: &Path, bytes: &'a [u8]) -> std::io::Result<Option<&'a [u8]>> {
+    if let Some(rest) = bytes.strip_prefix(MAGIC.as_slice()) {
+        return Ok(Some(rest));
+    }
+    if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
+        return Ok(None);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{} is not a Raft log of this bavl (no {:?} header): a log of the first format \
+             (JSON records) or another file; this bavl cannot read it",
+            path.display(),
+            String::from_utf8_lossy(MAGIC)
+        ),
+    ))
 }
 
 /// The vote held by the log file at `path` (none if there is no file), read without
@@ -133,7 +175,9 @@ pub fn stored_vote(path: &Path) -> std::io::Result<Option<typ::Vote>> {
         Err(e) => return Err(e),
     };
     let mut inner = Inner::default();
-    replay(&bytes, &mut inner);
+    if let Some(records) = records(path, &bytes)? {
+        replay(records, &mut inner);
+    }
     Ok(inner.vote)
 }
 
@@ -150,7 +194,7 @@ fn replay(bytes: &[u8], inner: &mut Inner) -> usize {
         if crc32fast::hash(payload) != crc {
             break;
         }
-        let Ok(record) = serde_json::from_slice::<Record>(payload) else { break };
+        let Ok(record) = crate::codec::decode::<Record>(payload) else { break };
         inner.apply(record);
         at += 8 + len;
     }
@@ -189,7 +233,7 @@ impl Inner {
     }
 
     fn write_unpoisoned(&mut self, record: Record, sync: bool) -> std::io::Result<()> {
-        let payload = serde_json::to_vec(&record)?;
+        let payload = crate::codec::encode(&record).map_err(std::io::Error::other)?;
         let mut frame = Vec::with_capacity(payload.len() + 8);
         frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
@@ -210,7 +254,7 @@ impl Inner {
         let mut fresh = Inner {
             path: self.path.clone(),
             durability: self.durability,
-            file: Some(File::create(&tmp)?),
+            file: Some(create(&tmp)?),
             ..Inner::default()
         };
         if let Some(id) = self.last_purged {

@@ -60,16 +60,16 @@ pub struct Decision {
 /// A range's replicated merge state (part of its snapshots).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergeState {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub frozen: Option<Frozen>,
     /// Every merge this range decided as a target, in log order, and those decided by the
     /// ranges it absorbed (or, for a split's right child, its parent's).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub decided: Vec<Decision>,
     /// The groups this range absorbed, directly or through the ranges it absorbed (or, for
     /// a split's right child, its parent's): it answers a `CommitMerge` addressed to one of
     /// them in its stead.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub absorbed: Vec<GroupId>,
 }
 

@@ -54,23 +54,26 @@ pub enum RaftReply {
 /// A client's operation on one range (or on the directory).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClientOp {
-    Get(#[serde(with = "hex::serde")] Vec<u8>),
-    Put(#[serde(with = "hex::serde")] Vec<u8>, #[serde(with = "hex::serde")] Vec<u8>),
-    Delete(#[serde(with = "hex::serde")] Vec<u8>),
+    Get(#[serde(with = "crate::codec::bytes")] Vec<u8>),
+    Put(
+        #[serde(with = "crate::codec::bytes")] Vec<u8>,
+        #[serde(with = "crate::codec::bytes")] Vec<u8>,
+    ),
+    Delete(#[serde(with = "crate::codec::bytes")] Vec<u8>),
     Batch(Vec<BatchOp>),
     /// Entries with `start <= key < end` (empty `end`: unbounded) within the range that
     /// holds `start`, at most `limit`.
     Scan {
-        #[serde(with = "hex::serde")]
+        #[serde(with = "crate::codec::bytes")]
         start: Vec<u8>,
-        #[serde(with = "hex::serde")]
+        #[serde(with = "crate::codec::bytes")]
         end: Vec<u8>,
         limit: u32,
     },
     /// A membership or absence proof of the key against the range's root.
-    Prove(#[serde(with = "hex::serde")] Vec<u8>),
+    Prove(#[serde(with = "crate::codec::bytes")] Vec<u8>),
     /// Directory: the descriptor of the range holding this key.
-    Lookup(#[serde(with = "hex::serde")] Vec<u8>),
+    Lookup(#[serde(with = "crate::codec::bytes")] Vec<u8>),
     /// Directory: a fresh group id.
     AllocGroupId,
     /// Directory: record descriptors.
@@ -165,7 +168,7 @@ pub struct ReplicaInfo {
     pub keys: u64,
     /// Applied log index.
     pub applied: u64,
-    #[serde(with = "hex::serde")]
+    #[serde(with = "crate::codec::bytes")]
     pub root: Vec<u8>,
 }
 

@@ -8,7 +8,12 @@
 //! [`MAX_BATCH`] commands or [`MAX_BATCH_BYTES`] of keys and values, and proposes them as one
 //! [`Command::Proposals`] entry (a lone write goes as itself, so one client's latency is
 //! unchanged); at most [`IN_FLIGHT`] such entries are in flight at once, and what arrives
-//! meanwhile waits for the next one. The state machine applies the commands of an entry in
+//! meanwhile waits for the next one. When an entry is answered, the freed proposer waits up
+//! to [`LINGER`] for as many writes as were queued plus as many as that entry answered
+//! (their callers are likely to write again at once) before it proposes: proposing at
+//! once split a closed loop of writers into two halves taking alternate entries. A lone
+//! writer never waits (it is the one expected), nor does a write to an idle group (the
+//! wait counts from when the proposer was freed). The state machine applies the commands of an entry in
 //! order, each as if it were an entry of its own, with its own epoch and fence checks, and
 //! answers each ([`Response::Each`]); only client writes (`Put`, `Delete`, `Batch`) are
 //! batched, so splits, merges, attestations and the directory's commands keep one entry
@@ -16,9 +21,12 @@
 //! its call and its answer (when its entry is applied), and writes batched together were
 //! concurrent.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
 
 use crate::consensus::ProposeError;
 use crate::types::{typ, BatchOp, Command, Response};
@@ -29,6 +37,9 @@ pub const MAX_BATCH: usize = 256;
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Most entries of batched writes in flight at once.
 pub const IN_FLIGHT: usize = 1;
+/// Longest a freed proposer waits, after an entry is answered, for that entry's callers to
+/// come back with their next writes before it proposes what it holds.
+pub const LINGER: Duration = Duration::from_millis(2);
 
 type Answer = Result<Response, ProposeError>;
 type Pending = (Command, oneshot::Sender<Answer>);
@@ -80,22 +91,74 @@ impl Batcher {
 
 async fn run(raft: typ::Raft, mut rx: mpsc::UnboundedReceiver<Pending>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    // Commands the last finished entry answered: their callers are likely to be back soon.
+    let answered = Arc::new(AtomicUsize::new(0));
+    let linger = linger();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let Some(first) = rx.recv().await else { return };
-        let mut bytes = payload_bytes(&first.0);
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-            let Ok(next) = rx.try_recv() else { break };
-            bytes += payload_bytes(&next.0);
-            batch.push(next);
+        let freed = Instant::now();
+        let returning = answered.swap(0, Ordering::AcqRel);
+        let mut batch = Gathered::default();
+        while let Ok(next) = rx.try_recv() {
+            batch.take(next);
+            if batch.full() {
+                break;
+            }
         }
+        // Everyone queued now, and everyone the last entry answered, who will be back
+        // shortly with their next write unless they are done.
+        let expect = (batch.items.len() + returning).min(MAX_BATCH);
+        if batch.items.is_empty() {
+            let Some(first) = rx.recv().await else { return };
+            batch.take(first);
+        }
+        let deadline = freed + linger;
+        while batch.items.len() < expect && !batch.full() {
+            let next = match rx.try_recv() {
+                Ok(next) => next,
+                Err(_) => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(next)) => next,
+                    _ => break,
+                },
+            };
+            batch.take(next);
+        }
+        let batch = batch.items;
         let raft = raft.clone();
+        let answered = answered.clone();
         tokio::spawn(async move {
+            let n = batch.len();
             propose_batch(&raft, batch).await;
+            answered.store(n, Ordering::Release);
             drop(slot);
         });
     }
+}
+
+/// The writes taken for the next entry.
+#[derive(Default)]
+struct Gathered {
+    items: Vec<Pending>,
+    bytes: usize,
+}
+
+impl Gathered {
+    fn take(&mut self, next: Pending) {
+        self.bytes += payload_bytes(&next.0);
+        self.items.push(next);
+    }
+
+    /// At [`MAX_BATCH`] commands or [`MAX_BATCH_BYTES`] (the first always goes).
+    fn full(&self) -> bool {
+        self.items.len() >= MAX_BATCH || self.bytes >= MAX_BATCH_BYTES
+    }
+}
+
+/// How long a freed proposer waits for the callers the last entry answered ([`LINGER`],
+/// or `BAVL_PROPOSE_LINGER_US` microseconds, for measuring).
+fn linger() -> Duration {
+    let us = std::env::var("BAVL_PROPOSE_LINGER_US").ok().and_then(|v| v.parse().ok());
+    us.map(Duration::from_micros).unwrap_or(LINGER)
 }
 
 /// Proposes `batch` as one entry and hands each command its answer.

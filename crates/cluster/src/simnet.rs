@@ -103,22 +103,22 @@ impl SimNet {
         }
         let Some(node) = self.node(to) else { return Err(NetError::Unreachable(to)) };
         let (lose_req, lose_reply, there, back) = self.plan();
-        let bytes = serde_json::to_vec(&msg).expect("messages serialize");
+        let bytes = crate::codec::encode(&msg).expect("messages encode");
         tokio::time::sleep(there).await;
         if lose_req {
             self.lost.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(100)).await;
             return Err(NetError::Timeout(to));
         }
-        let msg: Message = serde_json::from_slice(&bytes).expect("what was encoded decodes");
+        let msg: Message = crate::codec::decode(&bytes).expect("what was encoded decodes");
         let reply = node.handle(msg).await;
-        let bytes = serde_json::to_vec(&reply).expect("replies serialize");
+        let bytes = crate::codec::encode(&reply).expect("replies encode");
         tokio::time::sleep(back).await;
         if lose_reply || cut(to) || self.node(to).is_none() {
             self.lost.fetch_add(1, Ordering::Relaxed);
             return Err(NetError::Timeout(to));
         }
-        Ok(serde_json::from_slice(&bytes).expect("what was encoded decodes"))
+        Ok(crate::codec::decode(&bytes).expect("what was encoded decodes"))
     }
 }
 

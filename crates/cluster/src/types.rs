@@ -45,16 +45,16 @@ impl Epoch {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RangeDesc {
     pub id: GroupId,
-    #[serde(with = "hex::serde")]
+    #[serde(with = "crate::codec::bytes")]
     pub start: Vec<u8>,
     /// Exclusive; empty means unbounded.
-    #[serde(with = "hex::serde")]
+    #[serde(with = "crate::codec::bytes")]
     pub end: Vec<u8>,
     pub epoch: Epoch,
     /// The voters (during a joint configuration, the voters of both halves).
     pub replicas: BTreeSet<NodeId>,
     /// Non-voting replicas catching up (a move in progress); clients never route to them.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    #[serde(default)]
     pub learners: BTreeSet<NodeId>,
 }
 
@@ -88,14 +88,14 @@ impl RangeDesc {
 pub enum Command {
     Put {
         epoch: Epoch,
-        #[serde(with = "hex::serde")]
+        #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
-        #[serde(with = "hex::serde")]
+        #[serde(with = "crate::codec::bytes")]
         value: Vec<u8>,
     },
     Delete {
         epoch: Epoch,
-        #[serde(with = "hex::serde")]
+        #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
     },
     /// All-or-nothing: every key must be inside the range.
@@ -104,7 +104,7 @@ pub enum Command {
     /// `new_id` on the same replicas. Deterministic: every replica computes the same halves.
     Split {
         epoch: Epoch,
-        #[serde(with = "hex::serde")]
+        #[serde(with = "crate::codec::bytes")]
         key: Vec<u8>,
         new_id: GroupId,
     },
@@ -125,7 +125,7 @@ pub enum Command {
     /// named (the root a learner's fetched chunks are checked against).
     Attest {
         index: u64,
-        #[serde(with = "hex::serde")]
+        #[serde(with = "crate::codec::bytes")]
         root: Vec<u8>,
     },
     /// Merge step 1, in the right range's log (see `merge`): freeze the range (every later
@@ -162,8 +162,11 @@ pub struct NodeInfo {
 /// One operation of an atomic batch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BatchOp {
-    Put(#[serde(with = "hex::serde")] Vec<u8>, #[serde(with = "hex::serde")] Vec<u8>),
-    Delete(#[serde(with = "hex::serde")] Vec<u8>),
+    Put(
+        #[serde(with = "crate::codec::bytes")] Vec<u8>,
+        #[serde(with = "crate::codec::bytes")] Vec<u8>,
+    ),
+    Delete(#[serde(with = "crate::codec::bytes")] Vec<u8>),
 }
 
 impl BatchOp {
@@ -198,7 +201,7 @@ pub enum Response {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotData {
     pub desc: Option<RangeDesc>,
-    #[serde(with = "hex::serde")]
+    #[serde(with = "crate::codec::bytes")]
     pub root: Vec<u8>,
     pub capacity: u32,
     /// Exported chunks in index order (`Snapshot::export_chunk`).
@@ -207,16 +210,16 @@ pub struct SnapshotData {
     pub next_group_id: u64,
     /// The log id of the committed `Attest` entry that named `root` (none for a group's
     /// origin snapshot at `(0, 0)`, whose state the group's creation determines).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub attested: Option<openraft::LogId<NodeId>>,
     /// Range groups: the merge state (frozen for a merge, merges decided; see `merge`).
-    #[serde(default, skip_serializing_if = "MergeState::is_empty")]
+    #[serde(default)]
     pub merge: MergeState,
 }
 
 /// One exported chunk, hex in JSON.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChunkBytes(#[serde(with = "hex::serde")] pub Vec<u8>);
+pub struct ChunkBytes(#[serde(with = "crate::codec::bytes")] pub Vec<u8>);
 
 openraft::declare_raft_types!(
     /// openraft's type configuration for every group (ranges and the directory).

@@ -61,3 +61,61 @@ fn concurrent_writes_to_one_group_share_log_entries() {
         cluster.shutdown().await;
     });
 }
+
+/// Writers that each write again as soon as they are answered (a closed loop): a freed
+/// proposer waits briefly for the callers its last entry answered (`propose::LINGER`), so
+/// every round takes one entry. Proposing at once, as before, split them into two halves
+/// that alternated, two entries a round (this test then fails: run it with
+/// `BAVL_PROPOSE_LINGER_US=0`).
+#[test]
+fn writers_answered_together_come_back_into_one_entry() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SimOptions {
+            split_keys: 1_000_000,
+            faults: Faults { loss: 0.0, max_delay_ms: 1 },
+            ..SimOptions::new(3, dir.path())
+        };
+        let cluster = SimCluster::start(opts).await.unwrap();
+        let (ranges, _) = cluster.ranges();
+        let mut warm = cluster.client(1000, ClientOptions::default());
+        warm.put(b"warm", b"up").await.unwrap();
+        let (_, leader) = cluster.leader(ranges[0].id, Duration::from_secs(10)).await.unwrap();
+        let last = || leader.raft.metrics().borrow().last_log_index.unwrap_or(0);
+
+        const WRITERS: u64 = 16;
+        const ROUNDS: u64 = 20;
+        let mut clients = Vec::new();
+        for i in 0..WRITERS {
+            let mut c = cluster.client(i + 1, ClientOptions::default());
+            c.put(b"warm", b"up").await.unwrap();
+            clients.push(c);
+        }
+        let before = last();
+        let mut tasks = Vec::new();
+        for (i, mut c) in (0..WRITERS).zip(clients) {
+            tasks.push(tokio::spawn(async move {
+                for round in 0..ROUNDS {
+                    let key = format!("w{i:02}-{round:02}").into_bytes();
+                    c.put(&key, &round.to_be_bytes()).await?;
+                }
+                Ok::<_, bavl_cluster::client::ClientError>(())
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap().expect("a write failed");
+        }
+        let entries = last() - before;
+        // One entry a round, and a few more where a writer was late.
+        assert!(
+            entries <= ROUNDS + ROUNDS / 2,
+            "{WRITERS} writers x {ROUNDS} rounds took {entries} log entries"
+        );
+        assert!(entries >= ROUNDS, "{entries} entries for {ROUNDS} rounds of writes");
+        for i in 0..WRITERS {
+            let key = format!("w{i:02}-{:02}", ROUNDS - 1).into_bytes();
+            assert_eq!(warm.get(&key).await.unwrap(), Some((ROUNDS - 1).to_be_bytes().to_vec()));
+        }
+        cluster.shutdown().await;
+    });
+}

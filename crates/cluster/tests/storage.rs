@@ -61,6 +61,36 @@ fn a_torn_tail_is_cut_and_the_rest_kept() {
 }
 
 #[test]
+fn a_log_without_the_header_is_refused_and_a_torn_header_is_empty() {
+    use bavl_cluster::log_store::{stored_vote, MAGIC};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("raft.log");
+    // A log of the first format: framed JSON records, no header. Refused, and left as it
+    // was (replaying it as torn would have cut it to nothing).
+    let payload = br#"{"Vote":{"leader_id":{"term":3,"node_id":1},"committed":false}}"#;
+    let mut old = (payload.len() as u32).to_le_bytes().to_vec();
+    old.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    old.extend_from_slice(payload);
+    std::fs::write(&path, &old).unwrap();
+    let e = LogStore::open(&path, Durability::Fsync).err().expect("an old log is refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    assert!(e.to_string().contains("not a Raft log of this bavl"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), old, "the refused file was changed");
+    assert!(stored_vote(&path).is_err(), "its vote is not read as none");
+    // A crash while the file was being created: a strict prefix of the header.
+    std::fs::write(&path, &MAGIC[..3]).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut log = LogStore::open(&path, Durability::Fsync).unwrap();
+        assert_eq!(log.read_vote().await.unwrap(), None);
+        assert_eq!(std::fs::read(&path).unwrap(), MAGIC, "the header is rewritten whole");
+        log.save_vote(&typ::Vote::new(3, 1)).await.unwrap();
+        drop(log);
+        assert_eq!(stored_vote(&path).unwrap(), Some(typ::Vote::new(3, 1)));
+    });
+}
+
+#[test]
 fn tombstone_markers_are_read_defensively() {
     use bavl_cluster::sm::{raise_tombstone, read_tombstone, tombstone_file, MAX_TOMBSTONE_BYTES};
     let dir = tempfile::tempdir().unwrap();
