@@ -1,41 +1,56 @@
 //! Client writes to one group that arrive together share log entries (see `propose`), and
 //! each is still answered on its own.
 
+use std::path::Path;
 use std::time::Duration;
 
-use bavl_cluster::client::ClientOptions;
+use bavl_cluster::client::{Client, ClientOptions};
+use bavl_cluster::consensus::OpenraftGroup;
 use bavl_cluster::sim::{runtime, SimOptions};
 use bavl_cluster::simcluster::SimCluster;
 use bavl_cluster::simnet::Faults;
+
+/// Three nodes holding one range that never splits (1 ms of delay at most per message), a
+/// client that wrote once (so the directory knows the range and a leader was found), and
+/// the range's leader.
+async fn one_range(dir: &Path) -> (SimCluster, Client, OpenraftGroup) {
+    let opts = SimOptions {
+        split_keys: 1_000_000,
+        faults: Faults { loss: 0.0, max_delay_ms: 1 },
+        ..SimOptions::new(3, dir)
+    };
+    let cluster = SimCluster::start(opts).await.unwrap();
+    let mut c = cluster.client(1000, ClientOptions::default());
+    c.put(b"warm", b"up").await.unwrap();
+    let (ranges, problems) = cluster.ranges();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(ranges.len(), 1, "{ranges:?}");
+    let (_, leader) = cluster.leader(ranges[0].id, Duration::from_secs(10)).await.unwrap();
+    (cluster, c, leader)
+}
+
+/// `n` clients (ids 1 to `n`), each having written once: its routing cache is filled.
+async fn warm_clients(cluster: &SimCluster, n: u64) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for i in 0..n {
+        let mut c = cluster.client(i + 1, ClientOptions::default());
+        c.put(b"warm", b"up").await.unwrap();
+        clients.push(c);
+    }
+    clients
+}
 
 #[test]
 fn concurrent_writes_to_one_group_share_log_entries() {
     runtime().block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let opts = SimOptions {
-            split_keys: 1_000_000,
-            faults: Faults { loss: 0.0, max_delay_ms: 1 },
-            ..SimOptions::new(3, dir.path())
-        };
-        let cluster = SimCluster::start(opts).await.unwrap();
-        // Settle: the directory knows the one range, and a first write found its leader.
-        let mut c = cluster.client(1000, ClientOptions::default());
-        c.put(b"warm", b"up").await.unwrap();
-        let (ranges, problems) = cluster.ranges();
-        assert!(problems.is_empty(), "{problems:?}");
-        assert_eq!(ranges.len(), 1, "{ranges:?}");
-        let (_, leader) = cluster.leader(ranges[0].id, Duration::from_secs(10)).await.unwrap();
+        let (cluster, mut c, leader) = one_range(dir.path()).await;
         let last = || leader.raft.metrics().borrow().last_log_index.unwrap_or(0);
         let before = last();
 
         const WRITERS: u64 = 64;
         // Each client warmed up first (its routing cache filled), then all write at once.
-        let mut clients = Vec::new();
-        for i in 0..WRITERS {
-            let mut c = cluster.client(i + 1, ClientOptions::default());
-            c.put(b"warm", b"up").await.unwrap();
-            clients.push(c);
-        }
+        let clients = warm_clients(&cluster, WRITERS).await;
         let before_writes = last();
         let mut tasks = Vec::new();
         for (i, mut c) in (0..WRITERS).zip(clients) {
@@ -71,26 +86,12 @@ fn concurrent_writes_to_one_group_share_log_entries() {
 fn writers_answered_together_come_back_into_one_entry() {
     runtime().block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let opts = SimOptions {
-            split_keys: 1_000_000,
-            faults: Faults { loss: 0.0, max_delay_ms: 1 },
-            ..SimOptions::new(3, dir.path())
-        };
-        let cluster = SimCluster::start(opts).await.unwrap();
-        let (ranges, _) = cluster.ranges();
-        let mut warm = cluster.client(1000, ClientOptions::default());
-        warm.put(b"warm", b"up").await.unwrap();
-        let (_, leader) = cluster.leader(ranges[0].id, Duration::from_secs(10)).await.unwrap();
+        let (cluster, mut warm, leader) = one_range(dir.path()).await;
         let last = || leader.raft.metrics().borrow().last_log_index.unwrap_or(0);
 
         const WRITERS: u64 = 16;
         const ROUNDS: u64 = 20;
-        let mut clients = Vec::new();
-        for i in 0..WRITERS {
-            let mut c = cluster.client(i + 1, ClientOptions::default());
-            c.put(b"warm", b"up").await.unwrap();
-            clients.push(c);
-        }
+        let clients = warm_clients(&cluster, WRITERS).await;
         let before = last();
         let mut tasks = Vec::new();
         for (i, mut c) in (0..WRITERS).zip(clients) {
