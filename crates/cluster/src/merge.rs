@@ -74,10 +74,6 @@ pub struct MergeState {
 }
 
 impl MergeState {
-    pub fn is_empty(&self) -> bool {
-        self.frozen.is_none() && self.decided.is_empty() && self.absorbed.is_empty()
-    }
-
     /// What a split's right child inherits: the decisions and the absorbed groups, so that
     /// either half answers for them alike (never the frozen mark: a frozen range does not
     /// split).
