@@ -13,10 +13,11 @@
 //! (their callers are likely to write again at once) before it proposes: proposing at
 //! once split a closed loop of writers into two halves taking alternate entries. A lone
 //! writer never waits (it is the one expected), nor does a write to an idle group (the
-//! wait counts from when the proposer was freed). The state machine applies the commands of an entry in
-//! order, each as if it were an entry of its own, with its own epoch and fence checks, and
-//! answers each ([`Response::Each`]); only client writes (`Put`, `Delete`, `Batch`) are
-//! batched, so splits, merges, attestations and the directory's commands keep one entry
+//! wait counts from when the proposer was freed).
+//!
+//! The state machine applies the commands of an entry in order, each as if it were an
+//! entry of its own, with its own epoch and fence checks, and answers each
+//! ([`Response::Each`]); only client writes (`Put`, `Delete`, `Batch`) are batched, so splits, merges, attestations and the directory's commands keep one entry
 //! each. Linearizability is unchanged: each write still takes effect at one point between
 //! its call and its answer (when its entry is applied), and writes batched together were
 //! concurrent.
