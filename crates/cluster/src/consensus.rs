@@ -9,9 +9,11 @@
 //! committed before that instant, so a read of the local state after it is linearizable.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use openraft::error::{CheckIsLeaderError, RaftError};
 
+use crate::barrier::ReadRounds;
 use crate::propose::{batchable, Batcher};
 use crate::sm::GroupSm;
 use crate::types::{typ, Command, NodeId, Response};
@@ -45,13 +47,15 @@ pub struct OpenraftGroup {
     pub node: NodeId,
     /// Client writes go through it, to be proposed together (see `propose`).
     batcher: Batcher,
+    /// Concurrent reads share read-index rounds (see `barrier`).
+    reads: Arc<ReadRounds>,
 }
 
 impl OpenraftGroup {
     /// The replica `node` of a group, its writes batched by a task of its own.
     pub fn new(raft: typ::Raft, sm: GroupSm, node: NodeId) -> Self {
         let batcher = Batcher::start(raft.clone());
-        OpenraftGroup { raft, sm, node, batcher }
+        OpenraftGroup { raft, sm, node, batcher, reads: Arc::default() }
     }
 }
 
@@ -68,16 +72,22 @@ impl Consensus for OpenraftGroup {
     }
 
     async fn read_barrier(&self) -> Result<(), ProposeError> {
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                Err(ProposeError::NotLeader(f.leader_id))
-            }
-            Err(e) => Err(ProposeError::Unknown(e.to_string())),
-        }
+        self.reads.barrier(|| linearizable(&self.raft)).await
     }
 
     fn leader(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader
+    }
+}
+
+/// One read-index round: a quorum confirms the leadership, then the replica applies up to
+/// the commit index it had when the round began.
+async fn linearizable(raft: &typ::Raft) -> Result<(), ProposeError> {
+    match raft.ensure_linearizable().await {
+        Ok(_) => Ok(()),
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+            Err(ProposeError::NotLeader(f.leader_id))
+        }
+        Err(e) => Err(ProposeError::Unknown(e.to_string())),
     }
 }

@@ -27,6 +27,7 @@
 //! - [`history`], [`lincheck`]: histories and the linearizability check.
 #![forbid(unsafe_code)]
 
+pub mod barrier;
 pub mod cleanup;
 pub mod client;
 pub mod codec;

@@ -30,6 +30,10 @@ pub struct ProbeArgs {
     /// Concurrent clients (the full run uses 64).
     #[arg(long, default_value_t = 64)]
     pub clients: u32,
+    /// Give each partition `--clients` clients (P x clients in all), as the full run's
+    /// `equal_group_load` setting does, instead of sharing `--clients` among the partitions.
+    #[arg(long)]
+    pub per_partition: bool,
     /// Length of the throughput phase.
     #[arg(long, default_value_t = 8.0)]
     pub seconds: f64,
@@ -48,13 +52,14 @@ pub async fn run(run: &RunArgs, a: &ProbeArgs, work: &Path) -> Result<()> {
         port += 10;
         c.wait_ready(Duration::from_secs(60)).await?;
         let bg = background(&c, s.idle_s).await;
+        let clients = if a.per_partition { a.clients * p as u32 } else { a.clients };
         let spec = Spec {
             peers: c.peers.clone(),
             no_cache: false,
             keys: s.keys,
             phases: vec![
-                phase("warmup".into(), a.workload, a.clients, 1.0),
-                phase("throughput".into(), a.workload, a.clients, a.seconds),
+                phase("warmup".into(), a.workload, clients, 1.0),
+                phase("throughput".into(), a.workload, clients, a.seconds),
             ],
             history: None,
             seed: p,
