@@ -29,7 +29,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FUZZ="$ROOT/fuzz"
-ALL_TARGETS=(verify_chunk verify_proofs restore roundtrip forge store_files syncer)
+ALL_TARGETS=(verify_chunk verify_proofs restore roundtrip forge store_files syncer cluster_wire)
 read -r -a TARGETS <<<"${FUZZ_TARGETS:-${ALL_TARGETS[*]}}"
 SAN="${FUZZ_SANITIZER:-none}"
 UNIT_TIMEOUT="${FUZZ_UNIT_TIMEOUT:-20}"

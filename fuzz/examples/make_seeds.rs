@@ -60,6 +60,27 @@ fn check_proof_seed(seed: &[u8]) {
     assert!(ok, "proof seed (mode {}) of fixture {} does not verify", p.mode, f.name);
 }
 
+/// A message seed decodes; a records seed is a whole valid log (opening it cuts nothing).
+fn check_cluster_seed(seed: &[u8]) {
+    use bavl_cluster::{codec, log_store, msg::Reply, tcp::Request};
+    use bavl_fuzz::cluster::*;
+    match seed[0] {
+        REQUEST => assert!(codec::decode::<Request>(&seed[1..]).is_ok(), "request seed"),
+        REPLY => assert!(codec::decode::<Reply>(&seed[1..]).is_ok(), "reply seed"),
+        LOG_RECORDS => {
+            let file = log_file_of_records(&seed[1..]);
+            let dir = std::env::temp_dir().join(format!("bavl-seed-check-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let path = dir.join("raft.log");
+            std::fs::write(&path, &file).expect("write");
+            log_store::LogStore::open(&path, log_store::Durability::NoSync).expect("opens");
+            assert_eq!(std::fs::read(&path).expect("read"), file, "a records seed was cut");
+            std::fs::remove_dir_all(&dir).ok();
+        }
+        _ => {}
+    }
+}
+
 fn main() {
     let root = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "corpus".into()));
     let fx = fixtures();
@@ -76,6 +97,13 @@ fn main() {
             out.put(&input);
         }
     }
+
+    // cluster_wire: requests and replies of each family, log files whole and cut.
+    let mut out = Out::new(&root, "cluster_wire", check_cluster_seed);
+    for seed in bavl_fuzz::cluster::seeds() {
+        out.put(&seed);
+    }
+    let n_cluster = out.n;
 
     // verify_chunk: every chunk of every fixture at its index, some at a wrong index or
     // under another fixture's root.
@@ -246,7 +274,7 @@ fn main() {
     let n_syncer = out.n;
 
     println!(
-        "seeds in {}: verify_chunk {n_chunk}, verify_proofs {n_proofs}, restore {n_restore}, roundtrip {n_roundtrip}, forge {n_forge}, syncer {n_syncer} \
+        "seeds in {}: verify_chunk {n_chunk}, verify_proofs {n_proofs}, restore {n_restore}, roundtrip {n_roundtrip}, forge {n_forge}, syncer {n_syncer}, cluster_wire {n_cluster} \
          (fixtures: {})",
         root.display(),
         fx.iter().map(|f| format!("{} {} keys/{} chunks", f.name, f.entries.len(), f.chunks.len())).collect::<Vec<_>>().join(", ")

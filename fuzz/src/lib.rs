@@ -14,6 +14,7 @@
 //! - `roundtrip`:     `cap || (op u8, k u8)*`, capacity `4 + cap % 5`; see [`Op`].
 //! - `forge`:         see [`ForgeInput`].
 
+pub mod cluster;
 pub mod forge;
 
 use std::collections::BTreeMap;
