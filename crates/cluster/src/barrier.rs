@@ -58,7 +58,8 @@ impl ReadRounds {
     }
 
     /// Rounds started so far.
-    pub fn rounds(&self) -> u64 {
+    #[cfg(test)]
+    fn rounds(&self) -> u64 {
         self.started.load(Ordering::SeqCst)
     }
 }

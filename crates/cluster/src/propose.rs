@@ -17,8 +17,9 @@
 //!
 //! The state machine applies the commands of an entry in order, each as if it were an
 //! entry of its own, with its own epoch and fence checks, and answers each
-//! ([`Response::Each`]); only client writes (`Put`, `Delete`, `Batch`) are batched, so splits, merges, attestations and the directory's commands keep one entry
-//! each. Linearizability is unchanged: each write still takes effect at one point between
+//! ([`Response::Each`]); only client writes (`Put`, `Delete`, `Batch`) are batched, so
+//! splits, merges, attestations and the directory's commands keep one entry each.
+//! Linearizability is unchanged: each write still takes effect at one point between
 //! its call and its answer (when its entry is applied), and writes batched together were
 //! concurrent.
 

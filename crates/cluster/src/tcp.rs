@@ -3,7 +3,8 @@
 //! Frame: `len: u32 LE | body`, the body the binary encoding ([`crate::codec`]) of a
 //! request `Request { from: node, msg: Message }` or of the answer, a `Reply`. A frame
 //! longer than [`MAX_FRAME`] is refused before anything is allocated and the connection is
-//! dropped; a frame that does not decode drops the connection too. Connections are kept in a small pool per peer and reused.
+//! dropped; a frame that does not decode drops the connection too. Connections are kept
+//! in a small pool per peer and reused.
 //!
 //! Delivery semantics for the callers: a refused connection is `Unreachable` (nothing was
 //! delivered); anything after the request was written (I/O error, no answer within the
