@@ -68,6 +68,7 @@ mod paging;
 mod prefetch;
 mod reopen;
 mod skel_write;
+mod slack;
 pub mod wal;
 
 use std::collections::BTreeMap;
@@ -92,6 +93,7 @@ pub use pace::CheckpointPace;
 use paging::Pager;
 pub use paging::{OwnedEntry, PageLoader, PagingStats};
 pub use prefetch::PREFETCH_THREADS;
+pub use slack::MAX_FACTOR as MAX_SLACK_FACTOR;
 
 /// A durable, versioned key-value store. See the crate documentation.
 pub struct Store {

@@ -93,6 +93,17 @@ pub struct Options {
     /// answer), and [`crate::Store::resident_for`] loads what such a read needs.
     /// [`Options::paged`] sets this with the checkpoint policy that suits paging.
     pub cache_bytes: Option<u64>,
+    /// With paging, count the allocator's slack against `cache_bytes` (the default): after
+    /// each commit the store compares the memory the process gained since it opened
+    /// (anonymous resident memory, Linux) with the heap bytes of bodies and skeleton it
+    /// counts, and evicts to the budget divided by that ratio (smoothed, between 1 and
+    /// [`crate::MAX_SLACK_FACTOR`]), so that the budget bounds what the bodies cost in
+    /// memory, not only their bytes. Off: the budget counts heap bytes alone (the cache
+    /// holds more bodies; the process uses more memory than the budget says). Memory the
+    /// process gains for other reasons counts as slack too, so the cache can shrink to
+    /// half the budget; a store whose bodies fill less than half the budget is never
+    /// affected (`docs/design.md` §8.5.1).
+    pub cache_counts_slack: bool,
     /// Where the scratch page file of a read-only paged open goes (`None`: the system's
     /// temporary directory; with [`crate::Store::open`] of a writable store, its
     /// directory). A writable paged store evicts into its own chunk files instead.
@@ -123,6 +134,7 @@ impl Default for Options {
             head_interval: Some(Duration::from_secs(1)),
             read_only: false,
             cache_bytes: None,
+            cache_counts_slack: true,
             page_dir: None,
         }
     }

@@ -28,6 +28,7 @@ use crate::backend::Backend;
 pub(crate) use crate::pagefile::{
     durable_id, durable_key, make_loc, split_loc, PageFile, PageSet, DURABLE_KEY,
 };
+use crate::slack::SlackGauge;
 use crate::{Store, StoreError};
 
 /// A key and its value, copied out of the store.
@@ -96,6 +97,11 @@ pub struct PagingStats {
     pub compactions: u64,
     /// Bytes of the page file being appended to.
     pub file_bytes: u64,
+    /// What the budget was divided by at the last eviction, in thousandths: the memory
+    /// the process gained per byte of body and skeleton counted, smoothed (1000 when
+    /// [`crate::Options::cache_counts_slack`] is off or the bodies fill less than half
+    /// the budget; `crate::slack`).
+    pub slack_permille: u64,
     /// Heap bytes of bodies that only retained versions hold (never written, so they
     /// cannot be made absent there), after the last commit.
     pub pinned_bytes: u64,
@@ -127,6 +133,8 @@ pub(crate) struct Pager {
     loaded_bytes: u64,
     /// The clock hand: the next chunk index the eviction sweep looks at.
     hand: u64,
+    /// The allocator's slack, counted against the budget (`crate::slack`).
+    pub(crate) slack: SlackGauge,
     buf: Vec<u8>,
     pub(crate) stats: PagingStats,
 }
@@ -152,6 +160,7 @@ impl Pager {
             pinned,
             loaded_bytes,
             hand: 0,
+            slack: SlackGauge::new(false),
             buf,
             stats,
         })
@@ -161,7 +170,9 @@ impl Pager {
     pub(crate) fn for_options(opts: &crate::Options) -> Result<Option<Pager>, StoreError> {
         let Some(budget) = opts.cache_bytes else { return Ok(None) };
         let dir = opts.page_dir.clone().unwrap_or_else(std::env::temp_dir);
-        Ok(Some(Pager::new(&dir, budget)?))
+        let mut pager = Pager::new(&dir, budget)?;
+        pager.slack = SlackGauge::new(opts.cache_counts_slack);
+        Ok(Some(pager))
     }
 
     /// Appends from now on to chunk files of the store, the first numbered `id` (created
@@ -302,11 +313,17 @@ impl Pager {
     /// on write before their body was ever written) shrinks the working tree's share of
     /// the budget (to a quarter of it at least), so that all bodies together stay near the
     /// budget rather than `keep_recent` times it.
+    ///
+    /// With the allocator's slack counted (`crate::slack`), the budget is first divided
+    /// by the memory the process gained per byte counted.
     pub(crate) fn evict(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
         let s = tree.skeleton_stats();
         let mut resident = s.resident_bytes;
+        let factor = self.slack.factor(resident + self.pinned, s.skeleton_bytes, self.budget);
+        self.stats.slack_permille = self.slack.permille();
+        let budget = (self.budget as f64 / factor) as u64;
         let room = self.pinned + std::mem::take(&mut self.loaded_bytes);
-        let target = self.budget.saturating_sub(room).max(self.budget / 4);
+        let target = budget.saturating_sub(room).max(budget / 4);
         let n = tree.chunk_count();
         let mut scanned = 0;
         while resident > target && scanned < n {

@@ -116,3 +116,42 @@ fn a_failed_gathered_write_refuses_later_appends_and_keeps_earlier_records() {
     drop(backend);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With the allocator's slack counted, eviction aims at the budget divided by the memory
+/// gained per byte counted; off (or with no slack), at the budget itself.
+#[test]
+fn counted_slack_shrinks_what_eviction_keeps() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    // The "process memory" the gauge reads: set by the test before each eviction.
+    static MEMORY: AtomicU64 = AtomicU64::new(0);
+    let budget = 64 << 10;
+    let resident_after = |slack: Option<u64>| {
+        let mut tree = Tree::with_capacity(8).unwrap();
+        for i in 0u32..4000 {
+            tree.insert(&i.to_be_bytes(), &[7; 40]).unwrap();
+        }
+        tree.root_hash();
+        MEMORY.store(0, SeqCst);
+        let mut pager = Pager::new(&std::env::temp_dir(), budget).unwrap();
+        pager.slack =
+            crate::slack::SlackGauge::reading(slack.is_some(), || Some(MEMORY.load(SeqCst)));
+        // Two blocks: the process holds `slack` times what the pager counts.
+        for _ in 0..2 {
+            let s = tree.skeleton_stats();
+            let counted = s.resident_bytes + s.skeleton_bytes;
+            MEMORY.store(slack.unwrap_or(1) * counted, SeqCst);
+            pager.evict(&mut tree).unwrap();
+        }
+        (pager.stats.resident_bytes, pager.stats.slack_permille)
+    };
+    let (off, f_off) = resident_after(None);
+    let (none, f_none) = resident_after(Some(1));
+    let (twice, f_twice) = resident_after(Some(3));
+    assert_eq!((f_off, f_none), (1000, 1000));
+    assert!(off <= budget && off > budget * 3 / 4, "off: fills the budget ({off})");
+    assert!(none <= budget && none > budget * 3 / 4, "no slack: the same ({none})");
+    // Samples clamped to 2: factor 1.5 after the first block, 1.75 after the second.
+    assert_eq!(f_twice, 1750);
+    let limit = (budget as f64 / 1.75) as u64;
+    assert!(twice <= limit && twice > limit * 3 / 4, "slack: budget / 1.75 ({twice})");
+}

@@ -64,6 +64,13 @@ pub const STORES: &[StoreInfo] = &[
         feature: None,
     },
     StoreInfo {
+        name: "bavl-paged-heap",
+        peer: false,
+        description: "bavl-paged with Options::cache_counts_slack off: the budget counts the bodies' heap bytes alone, not the allocator's slack (as before 2026-11-28 evening; the A/B of that change)",
+        durability: "one log record per block, fdatasync before commit() returns",
+        feature: None,
+    },
+    StoreInfo {
         name: "bavl-paged-cached",
         peer: false,
         description: "bavl-paged with a budget no state here reaches (1 TiB): paging on, every body cached; against `bavl`, what the paged code path costs when nothing is evicted (issue 20's cached_1m_ratio)",
@@ -150,7 +157,7 @@ pub fn open_with(
     caches: Caches,
 ) -> Result<Box<dyn Adapter>> {
     let _ = expected_keys;
-    let paged = |bytes: u64| -> Result<Box<dyn Adapter>> {
+    let paged_with = |bytes: u64, slack: bool| -> Result<Box<dyn Adapter>> {
         // A budget that evicts gets the paged checkpoint policy (a short log); the loader
         // of --preload and bavl-paged-cached, which evict nothing, keep the in-memory
         // store's, so that the cached run differs from `bavl` by the paged code path alone.
@@ -158,18 +165,18 @@ pub fn open_with(
             // As `bavl` runs a paged store: freed memory returned after 100 ms.
             #[cfg(feature = "mimalloc")]
             bavl_alloc::paged_memory();
-            Options::paged(bytes)
+            Options { cache_counts_slack: slack, ..Options::paged(bytes) }
         } else {
             Options { cache_bytes: Some(bytes), ..Options::default() }
         };
         Ok(Box::new(Bavl::open_with(dir, opts)?))
     };
+    let paged = |bytes: u64| paged_with(bytes, true);
+    let budget = || caches.bavl_mib.unwrap_or(caches.nomt_mib.map_or(512, |m| 2 * m as u64)) << 20;
     Ok(match name {
         "bavl" => Box::new(Bavl::open(dir)?),
-        "bavl-paged" => {
-            let twice_nomt = caches.nomt_mib.map_or(512, |m| 2 * m as u64);
-            paged(caches.bavl_mib.unwrap_or(twice_nomt) << 20)?
-        }
+        "bavl-paged" => paged(budget())?,
+        "bavl-paged-heap" => paged_with(budget(), false)?,
         "bavl-paged-cached" => paged(CACHED_BUDGET_BYTES)?,
         "btreemap-floor" => Box::new(Floor::open(dir)?),
         #[cfg(feature = "jmt")]
@@ -258,6 +265,7 @@ impl Adapter for Bavl {
                 "paging": s.paging.map(|p| serde_json::json!({
                     "loads": p.loads, "evictions": p.evictions, "spilled_bytes": p.spilled_bytes,
                     "resident_bytes": p.resident_bytes, "skeleton_bytes": p.skeleton_bytes,
+                    "slack_permille": p.slack_permille,
                 })),
                 "cache_hit_rate": (self.hits.1 > 0)
                     .then(|| self.hits.0 as f64 / self.hits.1 as f64),

@@ -39,7 +39,8 @@ pub struct CgroupArgs {
     /// memory (MIMALLOC_PURGE_DELAY=-1, as before 2026-11-28); `bavl-paged-nothp`:
     /// bavl-paged with no transparent huge pages (MIMALLOC_ALLOW_THP=0); and
     /// `bavl-paged-bounded`: that and freed memory returned after 1 s
-    /// (`bavl_alloc::bounded_memory`, by environment).
+    /// (`bavl_alloc::bounded_memory`, by environment); `bavl-paged-heap`: bavl-paged with
+    /// `Options::cache_counts_slack` off (its budget counts heap bytes only).
     #[arg(long, value_delimiter = ',', default_value = "nomt,bavl,bavl-paged,bavl-paged-cached")]
     stores: Vec<String>,
     /// The memory limit of each store's group, e.g. 2GiB (default 2GiB; 1GiB with --quick:
@@ -112,7 +113,7 @@ struct Report<'a> {
 }
 
 const NOTES: &[&str] = &[
-    "bavl is the in-memory bavl_store::Store (whole state and retained versions in RAM); bavl-paged is the same store with Options::cache_bytes (docs/design.md §8.5.1: chunk bodies beyond the budget in its durable chunk files, loaded and verified on demand; a block's chunks prefetched on up to 16 threads; a checkpoint every 4 MiB of log, Options::paged), budget twice nomt's cache (nomt_cache_mib_each: 512 MiB at 2 GiB, 256 MiB at 1 GiB); bavl-paged-cached is bavl-paged with a 1 TiB budget (nothing evicted: the paged code path's own cost). Every bavl keeps 4 versions (keep_recent 4); nomt keeps one.",
+    "bavl is the in-memory bavl_store::Store (whole state and retained versions in RAM); bavl-paged is the same store with Options::cache_bytes (docs/design.md §8.5.1: chunk bodies beyond the budget in its durable chunk files, loaded and verified on demand; a block's chunks prefetched on up to 16 threads; a checkpoint every 4 MiB of log, Options::paged), budget twice nomt's cache (nomt_cache_mib_each: 512 MiB at 2 GiB, 256 MiB at 1 GiB); bavl-paged-cached is bavl-paged with a 1 TiB budget (nothing evicted: the paged code path's own cost). bavl-paged counts the allocator's slack against its budget (Options::cache_counts_slack, the default since 2026-11-28 evening: it evicts to the budget divided by the memory the process gained per byte of body and skeleton counted; store_extra.paging.slack_permille is that factor at the last block); bavl-paged-heap is bavl-paged with it off (the budget counts the bodies' heap bytes, as before). Every bavl keeps 4 versions (keep_recent 4); nomt keeps one.",
     "--preload (params.preload), for nomt and bavl-paged only: the initial state is committed by a loader process outside the memory group (commits of 100,000 keys; bavl-paged with nothing evicted, then a checkpoint: every chunk body in a chunk file and a skeleton), copied, and opened by the measured process inside the group (open_s); load_s is the loader's. The in-memory stores (bavl, bavl-paged-cached), and every store without --preload, load inside the group in commits of load_batch keys.",
     "Before each measured process starts, the page cache is dropped (sync; /proc/sys/vm/drop_caches = 1): the store's files were written or copied outside the group, and their cached pages, charged elsewhere, would otherwise be read free by a store that reads through the page cache (bavl) while nomt reads with O_DIRECT.",
     "store_extra.cache_hit_rate (bavl-paged): operations whose key's chunk was resident when their block began, over every block after the load (warm-up included); store_extra.paging.loads: chunk bodies read back (the warm-up and measured blocks, and the reopen's none).",

@@ -76,9 +76,15 @@ pub struct LoadtestArgs {
     /// Page chunk bodies out to disk and keep at most M MiB of them in memory; the rest
     /// of the tree stays in memory as a small skeleton (about 4.4 bytes per key), for
     /// states larger than memory (docs/design.md §8.5.1). Without it the whole state is
-    /// in memory. 0 keeps no body between blocks.
+    /// in memory. 0 keeps no body between blocks. The budget counts the allocator's
+    /// slack too: the store evicts to M divided by the memory the process gained per
+    /// byte of body it counts (up to 2; see --cache-counts-heap).
     #[arg(long, value_name = "M")]
     pub cache_mib: Option<u64>,
+    /// With --cache-mib: the budget counts the bodies' heap bytes only, not the
+    /// allocator's slack (more bodies cached, more memory used than M).
+    #[arg(long, requires = "cache_mib")]
+    pub cache_counts_heap: bool,
     /// With --cache-mib: do not load the chunks a block touches on several threads
     /// before applying it (each operation then loads what it needs, one read at a time).
     #[arg(long, requires = "cache_mib")]
@@ -153,6 +159,7 @@ pub(super) fn options(args: &LoadtestArgs) -> Result<Options> {
     Ok(Options {
         capacity: args.capacity,
         cache_bytes,
+        cache_counts_slack: !args.cache_counts_heap,
         keep_recent: args.keep,
         checkpoint,
         checkpoint_pace,

@@ -62,6 +62,7 @@ pub(super) fn summarize(
             skeleton_bytes: p.skeleton_bytes,
             compactions: p.compactions,
             page_file_bytes: p.file_bytes,
+            slack_factor: p.slack_permille as f64 / 1000.0,
         }),
     }
 }
@@ -86,6 +87,9 @@ pub(super) struct PagingJson {
     pub skeleton_bytes: u64,
     pub compactions: u64,
     pub page_file_bytes: u64,
+    /// What the budget was divided by at the last eviction: the memory the process gained
+    /// per byte of body and skeleton counted (`Options::cache_counts_slack`; 1 when off).
+    pub slack_factor: f64,
 }
 
 pub(super) fn render(
@@ -167,7 +171,7 @@ pub(super) fn render(
     }
     if let Some(p) = &s.paging {
         o.push(format!(
-            "paging        {} chunks loaded by the blocks ({:.3} per op), {} evicted, {} resident, {} only in retained versions, skeleton {}, page file {} ({} compactions)",
+            "paging        {} chunks loaded by the blocks ({:.3} per op), {} evicted, {} resident, {} only in retained versions, skeleton {}, page file {} ({} compactions), budget divided by {:.2} for slack",
             group(p.block_loads),
             p.loads_per_op,
             group(p.evictions),
@@ -175,7 +179,8 @@ pub(super) fn render(
             bytes(p.pinned_bytes),
             bytes(p.skeleton_bytes),
             bytes(p.page_file_bytes),
-            p.compactions
+            p.compactions,
+            p.slack_factor
         ));
     }
     o.push(format!(
