@@ -101,7 +101,7 @@ pub struct Options {
     /// memory, not only their bytes. Off: the budget counts heap bytes alone (the cache
     /// holds more bodies; the process uses more memory than the budget says). Memory the
     /// process gains for other reasons counts as slack too, so the cache can shrink to
-    /// half the budget; a store whose bodies fill less than half the budget is never
+    /// half the budget; a store whose bodies never fill half the budget is never
     /// affected (`docs/design.md` §8.5.1).
     pub cache_counts_slack: bool,
     /// Where the scratch page file of a read-only paged open goes (`None`: the system's

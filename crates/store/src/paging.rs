@@ -99,8 +99,8 @@ pub struct PagingStats {
     pub file_bytes: u64,
     /// What the budget was divided by at the last eviction, in thousandths: the memory
     /// the process gained per byte of body and skeleton counted, smoothed (1000 when
-    /// [`crate::Options::cache_counts_slack`] is off or the bodies fill less than half
-    /// the budget; `crate::slack`).
+    /// [`crate::Options::cache_counts_slack`] is off, or until the bodies first fill half
+    /// the budget; kept, not re-sampled, while they fill less; `crate::slack`).
     pub slack_permille: u64,
     /// Heap bytes of bodies that only retained versions hold (never written, so they
     /// cannot be made absent there), after the last commit.

@@ -13,7 +13,8 @@
 //! bytes it counts (bodies and skeleton), and evicts to `budget / factor` instead of
 //! `budget`: the budget then bounds what the bodies cost in memory, slack included. The
 //! factor is smoothed over blocks, sampled only while the bodies fill at least half the
-//! budget (a store that fits is never touched), and kept within `[1, MAX_FACTOR]`: the
+//! budget (a store that never does is never touched; below it the last factor stays),
+//! and kept within `[1, MAX_FACTOR]`: the
 //! budget is never exceeded by the count, and memory the process gains for other reasons
 //! (which the gauge cannot tell from slack) can at most halve the cache. Without
 //! `/proc/self/status` (not Linux) the factor stays 1.
