@@ -150,8 +150,8 @@ fn counted_slack_shrinks_what_eviction_keeps() {
     assert_eq!((f_off, f_none), (1000, 1000));
     assert!(off <= budget && off > budget * 3 / 4, "off: fills the budget ({off})");
     assert!(none <= budget && none > budget * 3 / 4, "no slack: the same ({none})");
-    // Samples clamped to 2: factor 1.5 after the first block, 1.75 after the second.
-    assert_eq!(f_twice, 1750);
-    let limit = (budget as f64 / 1.75) as u64;
-    assert!(twice <= limit && twice > limit * 3 / 4, "slack: budget / 1.75 ({twice})");
+    // Samples clamped to 2, taken at once (a rising sample is not averaged).
+    assert_eq!(f_twice, 2000);
+    let limit = budget / 2;
+    assert!(twice <= limit && twice > limit * 3 / 4, "slack: budget / 2 ({twice})");
 }

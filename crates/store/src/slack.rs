@@ -12,7 +12,9 @@
 //! pager started (anonymous resident memory, `RssAnon` in `/proc/self/status`) with the
 //! bytes it counts (bodies and skeleton), and evicts to `budget / factor` instead of
 //! `budget`: the budget then bounds what the bodies cost in memory, slack included. The
-//! factor is smoothed over blocks, sampled only while the bodies fill at least half the
+//! factor follows a sample above it at once and one below it by halves (the budget bounds
+//! the peak: a factor that rose slowly let the cache overshoot while the slack grew over a
+//! store's first blocks), is sampled only while the bodies fill at least half the
 //! budget (a store that never does is never touched; below it the last factor stays),
 //! and kept within `[1, MAX_FACTOR]`: the
 //! budget is never exceeded by the count, and memory the process gains for other reasons
@@ -64,11 +66,18 @@ impl SlackGauge {
     }
 }
 
-/// The next smoothed factor from the last one and a new sample: the mean of the two,
-/// the sample first clamped to `[1, MAX_FACTOR]` (a sample that is not a number is 1).
+/// The next smoothed factor from the last one and a new sample, the sample first clamped
+/// to `[1, MAX_FACTOR]` (a sample that is not a number is 1): a sample above the factor
+/// is taken at once, one below it is averaged with it. The budget bounds a peak, so the
+/// factor follows the slack up without delay (averaging from 1 let the cache overshoot
+/// while the slack grew over the first blocks) and down only by halves.
 fn smooth(last: f64, sample: f64) -> f64 {
     let s = if sample.is_nan() { 1.0 } else { sample.clamp(1.0, MAX_FACTOR) };
-    (last + s) / 2.0
+    if s > last {
+        s
+    } else {
+        (last + s) / 2.0
+    }
 }
 
 /// `RssAnon` of this process in bytes, if the system reports it.
@@ -100,13 +109,15 @@ mod tests {
     #[test]
     fn smoothing_stays_within_bounds() {
         assert_eq!(smooth(1.0, 0.2), 1.0, "never below 1: the budget is not raised");
-        assert_eq!(smooth(1.0, 9.0), 1.5, "a sample counts at most MAX_FACTOR");
+        assert_eq!(smooth(1.0, 9.0), 2.0, "a sample counts at most MAX_FACTOR");
         assert_eq!(smooth(1.5, f64::NAN), 1.25);
-        let mut f = 1.0;
+        assert_eq!(smooth(1.2, 1.6), 1.6, "up: at once");
+        assert_eq!(smooth(1.6, 1.2), 1.4, "down: by halves");
+        let mut f = 2.0;
         for _ in 0..60 {
-            f = smooth(f, 1.6);
+            f = smooth(f, 1.3);
         }
-        assert!((f - 1.6).abs() < 1e-9, "converges to a steady sample: {f}");
+        assert!((f - 1.3).abs() < 1e-9, "converges to a steady sample: {f}");
     }
 
     #[test]
@@ -125,9 +136,9 @@ mod tests {
         // Baseline 0: everything this test process holds counts as gained, far more than
         // one byte of "bodies", so the factor moves towards MAX_FACTOR.
         let mut g = SlackGauge { baseline: Some(0), ..SlackGauge::new(true) };
-        assert_eq!(g.factor(1, 0, 1), 1.5);
-        assert_eq!(g.permille(), 1500);
+        assert_eq!(g.factor(1, 0, 1), 2.0);
+        assert_eq!(g.permille(), 2000);
         // Bodies larger than the whole process: the sample is 1.
-        assert_eq!(g.factor(u64::MAX / 4, 0, 1), 1.25);
+        assert_eq!(g.factor(u64::MAX / 4, 0, 1), 1.5);
     }
 }
