@@ -173,6 +173,12 @@ impl ChunkRef<'_> {
         }
     }
 
+    /// Whether [`Tree::page_out`](crate::Tree::page_out) would evict it: resident,
+    /// hashed and with a disk location.
+    pub fn is_evictable(&self) -> bool {
+        matches!(self.leaf, Leaf::Body(c) if c.hash.is_some() && c.location().is_some())
+    }
+
     /// Records that the body is now durable at `loc` (nonzero), which makes the chunk
     /// evictable in every version that shares it. False for an absent chunk.
     pub fn set_location(&self, loc: u64) -> bool {

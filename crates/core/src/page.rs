@@ -12,6 +12,7 @@
 //!
 //! Bodies read from disk and chunks as a writer sees them are in `body.rs`.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use crate::body::{Body, ChunkRef};
@@ -104,6 +105,36 @@ impl Node {
         let chunk = body.verify::<H>(p, i)?;
         self.replace_leaf(i, Node::chunk(chunk));
         Ok(())
+    }
+
+    /// Calls `f` for chunk `index` (counted from this node's first chunk at `index`'s
+    /// value on entry) and every one after it, in order, until `f` breaks; subtrees
+    /// wholly before `start` are skipped, not walked. Key-heights are not given (0).
+    fn walk_from<'a>(
+        &'a self,
+        start: u64,
+        index: &mut u64,
+        f: &mut impl FnMut(ChunkRef<'a>) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        let leaf = match self {
+            Node::Inner(x) => {
+                let lc = x.left.chunk_count();
+                if start < *index + lc {
+                    x.left.walk_from(start, index, f)?;
+                } else {
+                    *index += lc;
+                }
+                return x.right.walk_from(start, index, f);
+            }
+            Node::Chunk(c) => Leaf::Body(c),
+            Node::Paged(p) => Leaf::Absent(p),
+        };
+        let i = *index;
+        *index += 1;
+        if i < start {
+            return ControlFlow::Continue(());
+        }
+        f(ChunkRef { leaf, index: i, key_height: 0 })
     }
 
     /// Calls `f` for every chunk in order, with its key-height.
@@ -268,6 +299,20 @@ impl<H: Hasher> Tree<H> {
     /// Whether chunk `i` exists with its body in memory.
     pub fn is_resident(&self, i: u64) -> bool {
         self.root.as_ref().is_some_and(|r| i < r.chunk_count() && r.is_resident(i))
+    }
+
+    /// Calls `f` for chunk `start` and each one after it, in order, until `f` breaks or
+    /// the last chunk: one walk that visits each chunk once (key-heights 0), where a
+    /// [`Tree::chunk_ref`] per index descends from the root each time. An eviction sweep
+    /// picks its chunks so, then pages them out.
+    pub fn for_each_chunk_from<'a>(
+        &'a self,
+        start: u64,
+        mut f: impl FnMut(ChunkRef<'a>) -> ControlFlow<()>,
+    ) {
+        if let Some(root) = &self.root {
+            let _ = root.walk_from(start, &mut 0, &mut f);
+        }
     }
 }
 

@@ -44,6 +44,15 @@ pub struct SkeletonStats {
     pub unlocated_bytes: u64,
 }
 
+impl SkeletonStats {
+    /// What an absent chunk whose first key is `first_key_len` bytes long adds to
+    /// `skeleton_bytes`: a sweep that evicts chunks counts its skeleton's growth so,
+    /// without measuring the whole tree again.
+    pub fn page_bytes(first_key_len: usize) -> u64 {
+        (std::mem::size_of::<Page>() + 16 + first_key_len) as u64
+    }
+}
+
 impl<H: Hasher> Tree<H> {
     /// A tree whose every chunk is absent, from its skeleton records in order; its root
     /// must be `root`.
@@ -116,7 +125,7 @@ impl Node {
             }
             Node::Paged(p) => {
                 s.absent_chunks += 1;
-                s.skeleton_bytes += (std::mem::size_of::<Page>() + 16 + p.first.len()) as u64;
+                s.skeleton_bytes += SkeletonStats::page_bytes(p.first.len());
             }
         }
     }

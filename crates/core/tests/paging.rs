@@ -362,9 +362,16 @@ fn a_version_sharing_the_heads_nodes_stays_itself() {
                 // The store's unpinning in one descent equals stripping, then sharing, then
                 // counting what is left alone: chunk by chunk, and in the bodies counted.
                 let mut pinned = BTreeMap::new();
+                // The head answers for its bodies in one descent, as the set of them does.
+                old.for_each_chunk(|c| {
+                    if let Some(id) = c.body_id() {
+                        let holds = head.holds_body(id, c.first_key());
+                        assert_eq!(holds, live.contains(&id), "seed {seed} round {round}");
+                    }
+                });
                 let one = old.unpinned_beside(
                     Some(&head),
-                    |id| live.contains(&id),
+                    |id, first| head.holds_body(id, first),
                     |id, bytes| {
                         pinned.insert(id, bytes);
                     },

@@ -56,6 +56,7 @@ mod compact;
 mod create;
 mod durable;
 mod error;
+mod evict;
 mod job;
 mod listing;
 mod memory;

@@ -64,6 +64,9 @@ impl Appender {
             self.failed = true;
             self.file.write_all(&self.buf)?;
             self.failed = false;
+            // Handed to the disk now, not left dirty for the seal's sync: with ext4's
+            // ordered data, a log sync meanwhile could wait behind all of it.
+            self.file.start_writeback(self.at, self.buf.len() as u64);
             self.at += self.buf.len() as u64;
             self.buf.clear();
         }
