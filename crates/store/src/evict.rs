@@ -37,9 +37,7 @@ impl Pager {
             // Pick in one walk from the hand (wrapping once), then page out: a descent
             // from the root per index swept cost 80 ms a commit at 30M keys.
             let picked = self.sweep(tree, resident - target)?;
-            for i in picked {
-                let Some(c) = tree.chunk_ref(i) else { continue };
-                let page = SkeletonStats::page_bytes(c.first_key().len());
+            for (i, page) in picked {
                 if let Some(freed) = tree.page_out(i) {
                     resident = resident.saturating_sub(freed as u64 + 16);
                     skeleton += page;
@@ -53,9 +51,10 @@ impl Pager {
     }
 
     /// The chunks to evict to free `need` bytes, in order from the clock hand (wrapping
-    /// once), which it advances past the last chunk looked at; a resident body with no
-    /// location is appended to the current chunk file first, so that it can be.
-    fn sweep(&mut self, tree: &Tree, need: u64) -> Result<Vec<u64>, StoreError> {
+    /// once), which it advances past the last chunk looked at, each with the skeleton
+    /// bytes it will take once absent; a resident body with no location is appended to
+    /// the current chunk file first, so that it can be.
+    fn sweep(&mut self, tree: &Tree, need: u64) -> Result<Vec<(u64, u64)>, StoreError> {
         let n = tree.chunk_count();
         let start = if self.hand >= n { 0 } else { self.hand };
         let (mut picked, mut freed, mut failed) = (Vec::new(), 0u64, None);
@@ -83,7 +82,7 @@ impl Pager {
                     return ControlFlow::Break(());
                 }
                 if c.is_evictable() {
-                    picked.push(c.index);
+                    picked.push((c.index, SkeletonStats::page_bytes(c.first_key().len())));
                     freed += c.heap_bytes() as u64 + 16;
                 }
                 ControlFlow::Continue(())
