@@ -67,6 +67,7 @@ pub mod pace;
 mod pagefile;
 mod paging;
 mod prefetch;
+mod readpool;
 mod reopen;
 mod skel_write;
 mod slack;

@@ -132,6 +132,8 @@ pub(crate) struct Pager {
     pub(crate) loaded_bytes: u64,
     /// The clock hand: the next chunk index the eviction sweep looks at.
     pub(crate) hand: u64,
+    /// The threads parallel loads read on (`readpool`), started by the first.
+    pub(crate) pool: Option<crate::readpool::ReadPool>,
     /// The allocator's slack, counted against the budget (`crate::slack`).
     pub(crate) slack: SlackGauge,
     pub(crate) buf: Vec<u8>,
@@ -159,6 +161,7 @@ impl Pager {
             pinned,
             loaded_bytes,
             hand: 0,
+            pool: None,
             slack: SlackGauge::new(false),
             buf,
             stats,

@@ -6,6 +6,7 @@
 use bavl_core::{Body, PageRef, Tree};
 
 use crate::paging::{split_loc, Pager};
+use crate::readpool::{Job, ReadPool};
 use crate::{Store, StoreError};
 
 /// Threads of one prefetch: reads of chunk files wait on the disk far more than they
@@ -49,35 +50,14 @@ impl Pager {
     ) -> Result<usize, StoreError> {
         pages.sort_unstable_by_key(|p| p.index);
         pages.dedup_by_key(|p| p.index);
-        let threads = PREFETCH_THREADS.min(pages.len().div_ceil(MIN_PER_THREAD)).max(1);
-        let files = &self.files;
-        type Read<'a> = Vec<(&'a PageRef, Result<Body, StoreError>)>;
-        let read: Read<'_> = std::thread::scope(|s| {
-            let parts = pages.chunks(pages.len().div_ceil(threads).max(1));
-            let handles: Vec<_> = parts
-                .map(|part| {
-                    s.spawn(move || -> Read<'_> {
-                        // Decoded and hashed here: the writer's thread only compares.
-                        let read = |pg| {
-                            files.read(pg).map(|mut b: Body| {
-                                b.prehash::<bavl_core::Sha256>();
-                                b
-                            })
-                        };
-                        part.iter().map(|pg| (pg, read(pg))).collect()
-                    })
-                })
-                .collect();
-            // A reading thread that panicked loads nothing: its chunks load on demand.
-            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
-        });
+        let read = self.read_pages(pages);
         let mut installed = Vec::with_capacity(read.len());
         let mut failed = None;
         for (pg, body) in read {
             let r = body.and_then(|b| {
                 tree.page_in(pg.index, b).map_err(|e| {
                     StoreError::corrupted(
-                        &files.name_of(pg.loc),
+                        &self.files.name_of(pg.loc),
                         split_loc(pg.loc).1,
                         e.to_string(),
                     )
@@ -98,6 +78,52 @@ impl Pager {
             Some(e) => Err(e),
             None => Ok(installed.len()),
         }
+    }
+}
+
+impl Pager {
+    /// Reads and decodes `pages` on up to [`PREFETCH_THREADS`] threads of the pager's
+    /// pool (`readpool`, started at the first call), each body hashed on its reading
+    /// thread; in the order of `pages`. A reading job that panicked reads nothing: its
+    /// chunks load on demand.
+    fn read_pages(&mut self, pages: Vec<PageRef>) -> Vec<(PageRef, Result<Body, StoreError>)> {
+        if self.pool.is_none() {
+            self.pool = ReadPool::start(PREFETCH_THREADS);
+        }
+        let threads = PREFETCH_THREADS.min(pages.len().div_ceil(MIN_PER_THREAD)).max(1);
+        let per = pages.len().div_ceil(threads).max(1);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut pages = pages.into_iter();
+        for part in 0.. {
+            let chunk: Vec<PageRef> = pages.by_ref().take(per).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            let (tx, files) = (tx.clone(), self.files.clone());
+            let job: Job = Box::new(move || {
+                // Decoded and hashed here: the writer's thread only compares.
+                let read = chunk.into_iter().map(|pg| {
+                    let body = files.read(&pg).map(|mut b: Body| {
+                        b.prehash::<bavl_core::Sha256>();
+                        b
+                    });
+                    (pg, body)
+                });
+                let _ = tx.send((part, read.collect::<Vec<_>>()));
+            });
+            // No thread to take it (none could be started): read here.
+            let refused = match &self.pool {
+                Some(pool) => pool.run(job).err(),
+                None => Some(job),
+            };
+            if let Some(job) = refused {
+                job();
+            }
+        }
+        drop(tx);
+        let mut parts: Vec<_> = rx.iter().collect();
+        parts.sort_unstable_by_key(|(part, _)| *part);
+        parts.into_iter().flat_map(|(_, read)| read).collect()
     }
 }
 

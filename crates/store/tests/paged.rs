@@ -272,6 +272,65 @@ fn a_damaged_chunk_file_is_corrupted_never_an_answer() {
 }
 
 #[test]
+fn a_prefetch_meeting_a_damaged_body_is_corrupted_and_later_ones_still_load() {
+    let dir = TempDir::new("paged-prefetch-damage");
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    let value = |i: u32| format!("value {i}").into_bytes();
+    for i in 0u32..20_000 {
+        store.insert(&i.to_be_bytes(), &value(i)).unwrap();
+    }
+    store.commit().unwrap();
+    store.checkpoint().unwrap();
+    store.close().unwrap();
+    // One byte in the middle of the 40th record's body: it still decodes, but its hash
+    // is not the one the skeleton holds.
+    let chunks = file_of(dir.path(), "chunks-");
+    let chunks_name = chunks.file_name().unwrap().to_string_lossy().to_string();
+    let mut bytes = std::fs::read(&chunks).unwrap();
+    let mut at = 20;
+    for _ in 0..39 {
+        at += 4 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    assert!(at + 4 + len < bytes.len(), "the chunk file holds more than 40 records");
+    bytes[at + 4 + len / 2] ^= 0x01;
+    std::fs::write(&chunks, &bytes).unwrap();
+
+    let mut store = Store::open(dir.path(), paged(0)).unwrap();
+    let keys: Vec<[u8; 4]> = (0u32..20_000).map(u32::to_be_bytes).collect();
+    match store.prefetch(&keys) {
+        Err(bavl_store::StoreError::Corrupted { file, .. }) => assert_eq!(file, chunks_name),
+        other => panic!("a prefetch over a damaged body: {other:?}"),
+    }
+    // Every key answers right or is refused; only the damaged chunk's are refused.
+    let mut refused = Vec::new();
+    for i in 0u32..20_000 {
+        match store.get(&i.to_be_bytes()) {
+            Ok(v) => assert_eq!(v, Some(&value(i)[..]), "key {i}"),
+            Err(bavl_store::StoreError::Corrupted { .. }) => refused.push(i),
+            Err(e) => panic!("key {i}: another error: {e}"),
+        }
+    }
+    assert!(!refused.is_empty() && refused.len() <= 64, "{} refused", refused.len());
+    // Further loads, on the same reading threads, after each commit evicted everything
+    // (a budget of 0; the commit writes past every key read here).
+    for round in 0u32..3 {
+        store.insert(&(100_000 + round).to_be_bytes(), b"later").unwrap();
+        store.commit().unwrap();
+        assert!(store.working().get(&7u32.to_be_bytes()).is_err(), "round {round}: evicted");
+        let rest: Vec<[u8; 4]> = (0u32..20_000)
+            .filter(|i| i % 3 == round && !refused.contains(i))
+            .map(u32::to_be_bytes)
+            .collect();
+        store.prefetch(&rest).unwrap();
+        for k in &rest {
+            let i = u32::from_be_bytes(*k);
+            assert_eq!(store.working().get(k), Ok(Some(&value(i)[..])), "round {round}, key {i}");
+        }
+    }
+}
+
+#[test]
 fn checkpoints_compact_mostly_dead_chunk_files_and_delete_them() {
     let dir = TempDir::new("paged-compact");
     let opts = Options { checkpoint: CheckpointPolicy::Manual, ..paged(4000) };
