@@ -9,9 +9,10 @@ use crate::paging::{split_loc, Pager};
 use crate::readpool::{Job, ReadPool};
 use crate::{Store, StoreError};
 
-/// Threads of one prefetch: reads of chunk files wait on the disk far more than they
-/// compute (one read, a decode and a hash per chunk), so more threads than cores keep
-/// more reads in flight, as NOMT's io_uring queue does.
+/// Threads a paged store reads on (its pool, `readpool`). More threads than cores keep
+/// reads in flight while others decode and hash, as NOMT's io_uring queue does. At 30M
+/// keys a block's loads keep both cores of this machine busy, and 4, 8, 16 and 48 threads
+/// gave the same ops/s within noise (`docs/results/paged-30m-anatomy.json`).
 pub const PREFETCH_THREADS: usize = 16;
 /// A prefetch starts no thread for fewer chunks than this.
 const MIN_PER_THREAD: usize = 8;
@@ -79,9 +80,7 @@ impl Pager {
             None => Ok(installed.len()),
         }
     }
-}
 
-impl Pager {
     /// Reads and decodes `pages` on up to [`PREFETCH_THREADS`] threads of the pager's
     /// pool (`readpool`, started at the first call), each body hashed on its reading
     /// thread; in the order of `pages`. A reading job that panicked reads nothing: its
