@@ -58,8 +58,7 @@ impl ReadRounds {
     }
 
     /// Rounds started so far.
-    #[cfg(test)]
-    fn rounds(&self) -> u64 {
+    pub fn rounds(&self) -> u64 {
         self.started.load(Ordering::SeqCst)
     }
 }

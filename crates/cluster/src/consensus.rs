@@ -6,7 +6,8 @@
 //! the command certainly did not enter the log ([`ProposeError::NotLeader`] before
 //! proposing) or may have ([`ProposeError::Unknown`]). [`Consensus::read_barrier`] returns
 //! once this replica is leader as of some instant after the call and has applied every entry
-//! committed before that instant, so a read of the local state after it is linearizable.
+//! committed before that instant, so a read of the local state after it is linearizable; the
+//! openraft implementation answers at once while it holds a leader lease ([`crate::lease`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use openraft::error::{CheckIsLeaderError, RaftError};
 
 use crate::barrier::ReadRounds;
+use crate::lease::{Lease, Quiet};
 use crate::propose::{batchable, Batcher};
 use crate::sm::GroupSm;
 use crate::types::{typ, Command, NodeId, Response};
@@ -33,7 +35,8 @@ pub enum ProposeError {
 pub trait Consensus: Clone + Send + Sync + 'static {
     /// Proposes `cmd` and waits for its answer from the state machine.
     fn propose(&self, cmd: Command) -> impl Future<Output = Result<Response, ProposeError>> + Send;
-    /// Waits until a local read is linearizable (read-index through a quorum round).
+    /// Waits until a local read is linearizable (a leader lease, or read-index through a
+    /// quorum round).
     fn read_barrier(&self) -> impl Future<Output = Result<(), ProposeError>> + Send;
     /// The leader this replica knows of.
     fn leader(&self) -> Option<NodeId>;
@@ -49,13 +52,32 @@ pub struct OpenraftGroup {
     batcher: Batcher,
     /// Concurrent reads share read-index rounds (see `barrier`).
     reads: Arc<ReadRounds>,
+    /// Reads skip the round while a round's lease lasts (see `lease`).
+    lease: Arc<Lease>,
+    /// Until when this replica, restarted, neither votes nor stands (see `lease`).
+    pub quiet: Quiet,
 }
 
 impl OpenraftGroup {
-    /// The replica `node` of a group, its writes batched by a task of its own.
-    pub fn new(raft: typ::Raft, sm: GroupSm, node: NodeId) -> Self {
+    /// The replica `node` of a group, its writes batched by a task of its own. `raft` must
+    /// have been started with elections off ([`openraft::Config::enable_elect`]): they are
+    /// turned on here, after the replica's quiet time if it `ever_voted`.
+    pub fn new(raft: typ::Raft, sm: GroupSm, node: NodeId, ever_voted: bool) -> Self {
         let batcher = Batcher::start(raft.clone());
-        OpenraftGroup { raft, sm, node, batcher, reads: Arc::default() }
+        let election = std::time::Duration::from_millis(raft.config().election_timeout_min);
+        let quiet = Quiet::starting(ever_voted, election);
+        let elect = raft.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(quiet.left()).await;
+            elect.runtime_config().elect(true);
+        });
+        let lease = Arc::new(Lease::for_election_timeout(election));
+        OpenraftGroup { raft, sm, node, batcher, reads: Arc::default(), lease, quiet }
+    }
+
+    /// Read-index rounds this replica started (reads inside a lease start none).
+    pub fn read_rounds(&self) -> u64 {
+        self.reads.rounds()
     }
 }
 
@@ -72,7 +94,20 @@ impl Consensus for OpenraftGroup {
     }
 
     async fn read_barrier(&self) -> Result<(), ProposeError> {
-        self.reads.barrier(|| linearizable(&self.raft)).await
+        if self.lease.holds() {
+            return Ok(());
+        }
+        let (raft, lease) = (&self.raft, &self.lease);
+        self.reads
+            .barrier(|| async move {
+                let started = tokio::time::Instant::now();
+                let outcome = linearizable(raft).await;
+                if outcome.is_ok() {
+                    lease.earned(started);
+                }
+                outcome
+            })
+            .await
     }
 
     fn leader(&self) -> Option<NodeId> {

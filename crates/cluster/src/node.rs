@@ -4,7 +4,7 @@
 //! Guarantees: a client request is checked against the replica's fence keys and epoch
 //! before anything else (answering `Stale` with the current descriptor), and writes are
 //! checked again when applied, in log order, so a write routed by an old epoch never lands
-//! in the wrong range. A get is served only after a read barrier (read-index) and a re-check
+//! in the wrong range. A get is served only after a read barrier (a lease or read-index) and a re-check
 //! of the fence keys. On start a node reopens every group whose files it holds.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -16,15 +16,11 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
 
 use crate::consensus::{Consensus, OpenraftGroup, ProposeError};
-use crate::log_store::{Durability, LogStore};
-use crate::msg::{
-    ClientOp, ClientReply, ClientRequest, Message, RaftReply, RaftRpc, Reply, SnapshotRpc,
-    Transport,
-};
-use crate::raftnet::GroupNet;
+use crate::log_store::Durability;
+use crate::msg::{ClientOp, ClientReply, ClientRequest, Message, RaftReply, Reply, Transport};
 use crate::range::RangeState;
-use crate::sm::{group_dir, seed_group, GroupSm, LOG_FILE, SNAPSHOT_FILE};
-use crate::types::{typ, Command, GroupId, NodeId, NodeInfo, RangeDesc, Response, DIRECTORY_GROUP};
+use crate::sm::seed_group;
+use crate::types::{Command, GroupId, NodeId, NodeInfo, RangeDesc, Response, DIRECTORY_GROUP};
 
 /// How a node runs.
 #[derive(Clone)]
@@ -75,9 +71,9 @@ pub struct Node {
     pub(crate) me: Weak<Node>,
     pub(crate) opts: NodeOptions,
     pub(crate) transport: Arc<dyn Transport>,
-    groups: Mutex<HashMap<GroupId, OpenraftGroup>>,
+    pub(crate) groups: Mutex<HashMap<GroupId, OpenraftGroup>>,
     /// Told of every group a split creates here.
-    children: UnboundedSender<GroupId>,
+    pub(crate) children: UnboundedSender<GroupId>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Set by [`Node::shutdown`]: from then on the node serves nothing and starts nothing.
     stopped: AtomicBool,
@@ -96,7 +92,7 @@ pub struct Node {
     /// The directory leader's view of the nodes (see `liveness`).
     pub(crate) view: Mutex<crate::liveness::DirView>,
     /// Held while a group is being started (see [`Node::start_group`]).
-    starting: tokio::sync::Mutex<()>,
+    pub(crate) starting: tokio::sync::Mutex<()>,
     /// Frozen groups this node is finishing a merge of (it leads them); see `merge_driver`.
     pub(crate) merging: Mutex<HashSet<GroupId>>,
     /// The merge planner's candidate pair and the plans in a row it was seen in, and
@@ -201,59 +197,6 @@ impl Node {
         }
     }
 
-    /// Starts group `g` from its files (no-op if running). A group without a snapshot file
-    /// is started only if `empty` (a replica created by a message, waiting for a snapshot).
-    /// Starts are serialized: two messages of a new group arriving together must not both
-    /// start a replica (the second would replace the first in the node's map while the
-    /// first kept running, and what the first acknowledged, the second would not hold).
-    async fn start_group(&self, g: GroupId, empty: bool) -> std::io::Result<()> {
-        let _one_at_a_time = self.starting.lock().await;
-        if self.is_stopped() {
-            return Err(std::io::Error::other("the node is shut down"));
-        }
-        if self.group(g).is_some() {
-            return Ok(());
-        }
-        let gdir = group_dir(&self.opts.dir, g);
-        if !empty && !gdir.join(SNAPSHOT_FILE).exists() {
-            return Ok(());
-        }
-        // Placeholder until the snapshot file (or an installed snapshot) replaces it.
-        let desc = RangeDesc::whole(g, BTreeSet::new());
-        // Snapshots are built from attested versions, triggered by the node (`split::tick`),
-        // not by openraft's policy (see `versions`).
-        let mut sm = GroupSm::open(&self.opts.dir, desc, self.children.clone())?;
-        let mut config = (*self.opts.raft).clone();
-        if let openraft::SnapshotPolicy::LogsSinceLast(n) = config.snapshot_policy {
-            sm = sm.with_attested_snapshots(n);
-            config.snapshot_policy = openraft::SnapshotPolicy::Never;
-        }
-        let log = LogStore::open(&gdir.join(LOG_FILE), self.opts.durability)?
-            .with_snapshot_mark(sm.snapshot_mark());
-        if empty && !gdir.join(SNAPSHOT_FILE).exists() {
-            // A replica this node deleted before, re-created by a message: it must not
-            // forget the vote it had, or it would follow a stale leader of an older term,
-            // which would see the log it counted as matched here gone (see `moves`).
-            if let Some(vote) = crate::sm::read_tombstone(&self.opts.dir, g)?.and_then(|t| t.vote) {
-                log.raise_vote(vote).await?;
-            }
-        }
-        let net = GroupNet { node: self.id, group: g, transport: self.transport.clone() };
-        let raft = typ::Raft::new(self.id, Arc::new(config), net, log, sm.clone())
-            .await
-            .map_err(std::io::Error::other)?;
-        let group = OpenraftGroup::new(raft, sm, self.id);
-        self.groups.lock().expect("not poisoned").insert(g, group);
-        Ok(())
-    }
-
-    /// Stops and forgets the replica of group `g` (its files are the caller's business).
-    pub(crate) async fn stop_group(&self, g: GroupId) -> Option<OpenraftGroup> {
-        let group = self.groups.lock().expect("not poisoned").remove(&g)?;
-        let _ = group.raft.shutdown().await;
-        Some(group)
-    }
-
     /// Keeps a spawned task, so that [`Node::shutdown`] aborts it.
     pub(crate) fn keep_task(&self, t: JoinHandle<()>) {
         self.tasks.lock().expect("not poisoned").push(t);
@@ -304,60 +247,6 @@ impl Node {
                 Reply::Raft(self.handle_raft(group, from, *rpc).await)
             }
             Message::Client(req) => Reply::Client(self.handle_client(req).await),
-        }
-    }
-
-    async fn handle_raft(&self, g: GroupId, from: NodeId, rpc: RaftRpc) -> RaftReply {
-        if let RaftRpc::Fetch(req) = &rpc {
-            return self.serve_fetch(g, req);
-        }
-        if self.group(g).is_none() && g != DIRECTORY_GROUP && !matches!(rpc, RaftRpc::Vote(_)) {
-            // A replica that missed its group's creation (it installed the parent's snapshot
-            // past the split, or was down): start it empty; the leader will send a snapshot.
-            // Never a group merged away here (see `merge_driver`).
-            if let Some(refused) = crate::merge_driver::refuse_retired(&self.opts.dir, self.id, g) {
-                return refused;
-            }
-            if let Err(e) = self.start_group(g, true).await {
-                return RaftReply::Refused(format!(
-                    "node {} cannot create group {g}: {e}",
-                    self.id
-                ));
-            }
-        }
-        let Some(group) = self.group(g) else {
-            return RaftReply::Refused(format!("node {} hosts no group {g}", self.id));
-        };
-        if matches!(rpc, RaftRpc::Vote(_))
-            && group.sm.shared.lock().expect("not poisoned").last_applied.is_none()
-        {
-            // An empty replica (created by a message, or after this node deleted its replica)
-            // remembers nothing of the group: its vote could elect a candidate of a stale
-            // configuration. It votes once it has installed a snapshot.
-            return RaftReply::Refused(format!("node {}: an empty replica does not vote", self.id));
-        }
-        let refused = |e: &dyn std::fmt::Display| RaftReply::Refused(e.to_string());
-        match rpc {
-            RaftRpc::Append(r) => {
-                group.raft.append_entries(r).await.map_or_else(|e| refused(&e), RaftReply::Append)
-            }
-            RaftRpc::Vote(r) => {
-                group.raft.vote(r).await.map_or_else(|e| refused(&e), RaftReply::Vote)
-            }
-            RaftRpc::Fetch(_) => RaftReply::Refused("served above".into()),
-            RaftRpc::Snapshot(s) => {
-                let SnapshotRpc { vote, meta, manifest } = *s;
-                let data = match self.fetch_snapshot(g, from, &meta, &manifest).await {
-                    Ok(data) => data,
-                    Err(e) => return refused(&e),
-                };
-                let snap = typ::Snapshot { meta, snapshot: Box::new(data) };
-                group
-                    .raft
-                    .install_full_snapshot(vote, snap)
-                    .await
-                    .map_or_else(|e| refused(&e), RaftReply::Snapshot)
-            }
         }
     }
 

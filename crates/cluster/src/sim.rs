@@ -45,6 +45,9 @@ pub struct SimOptions {
     pub faults: Faults,
     /// Crash/restart and partition nodes (one at a time).
     pub crashes: bool,
+    /// With `crashes`: a third of the faults cut a node's Raft messages only, so a leader
+    /// cut off from its peers still answers clients (`SimNet::cut_from_peers`).
+    pub peer_cuts: bool,
     pub dir: PathBuf,
     pub no_cache: bool,
     /// Keep the last node cut off for the whole workload (healed before the final reads),
@@ -82,6 +85,7 @@ impl SimOptions {
             capacity: 8,
             faults: Faults { loss: 0.0, max_delay_ms: 3 },
             crashes: false,
+            peer_cuts: false,
             dir: dir.to_path_buf(),
             no_cache: false,
             lagging_node: false,
@@ -198,6 +202,9 @@ async fn simulate(opts: SimOptions) -> SimReport {
     }
     net.set_faults(Faults { loss: 0.0, max_delay_ms: 1 });
     net.isolate(opts.nodes, false);
+    for n in 1..=opts.nodes {
+        net.cut_from_peers(n, false);
+    }
     let mut late = Vec::new();
     if let (Some(task), Some((victim, _))) = (killer, opts.kill) {
         task.await.expect("killer task");

@@ -133,7 +133,8 @@ pub(crate) async fn check_loop(net: Arc<SimNet>, report: Arc<Mutex<SimReport>>) 
     }
 }
 
-/// Isolates or crashes one node at a time, then heals or restarts it, until `done`.
+/// Isolates or crashes one node at a time (or, with `peer_cuts`, cuts it from its peers
+/// only), then heals or restarts it, until `done`.
 pub(crate) async fn chaos(
     net: Arc<SimNet>,
     opts: SimOptions,
@@ -154,7 +155,11 @@ pub(crate) async fn chaos(
             continue; // stopped for good by the run, never restarted here
         }
         report.lock().expect("not poisoned").faults_injected += 1;
-        if crash {
+        if opts.peer_cuts && net.draw(|r| r.gen_bool(1.0 / 3.0)) {
+            net.cut_from_peers(victim, true);
+            tokio::time::sleep(Duration::from_millis(down)).await;
+            net.cut_from_peers(victim, false);
+        } else if crash {
             let Some(node) = net.detach(victim) else { continue };
             node.shutdown().await;
             tokio::time::sleep(Duration::from_millis(down)).await;

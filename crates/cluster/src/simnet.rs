@@ -1,5 +1,6 @@
 //! The simulation's network: an in-process [`Transport`] with seeded loss, delay (hence
-//! reordering), partitions and crashed nodes.
+//! reordering), partitions, partitions between nodes only (clients still reach the node)
+//! and crashed nodes.
 //!
 //! Guarantees: every fault decision is drawn from one seeded ChaCha generator; every message
 //! and reply is encoded to JSON and decoded again, so the wire format is exercised. A message
@@ -31,6 +32,8 @@ pub struct Faults {
 pub struct SimNet {
     nodes: Mutex<HashMap<NodeId, Arc<Node>>>,
     isolated: Mutex<HashSet<NodeId>>,
+    /// Nodes whose Raft messages are cut (client requests still pass).
+    peer_cut: Mutex<HashSet<NodeId>>,
     rng: Mutex<ChaCha8Rng>,
     faults: Mutex<Faults>,
     pub messages: AtomicU64,
@@ -42,6 +45,7 @@ impl SimNet {
         Arc::new(SimNet {
             nodes: Mutex::default(),
             isolated: Mutex::default(),
+            peer_cut: Mutex::default(),
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),
             faults: Mutex::new(faults),
             messages: AtomicU64::new(0),
@@ -78,6 +82,18 @@ impl SimNet {
         }
     }
 
+    /// Cuts `id`'s Raft messages to and from every other node (or heals them), leaving
+    /// client requests through: a leader so cut keeps answering the clients that reach it,
+    /// which is what a leader lease must make safe.
+    pub fn cut_from_peers(&self, id: NodeId, cut: bool) {
+        let mut set = self.peer_cut.lock().expect("not poisoned");
+        if cut {
+            set.insert(id);
+        } else {
+            set.remove(&id);
+        }
+    }
+
     pub fn set_faults(&self, f: Faults) {
         *self.faults.lock().expect("not poisoned") = f;
     }
@@ -99,6 +115,10 @@ impl SimNet {
         self.messages.fetch_add(1, Ordering::Relaxed);
         let cut = |a: NodeId| self.isolated.lock().expect("not poisoned").contains(&a);
         if cut(from) || cut(to) {
+            return Err(NetError::Unreachable(to));
+        }
+        let peer_cut = |a: NodeId| self.peer_cut.lock().expect("not poisoned").contains(&a);
+        if matches!(msg, Message::Raft { .. }) && (peer_cut(from) || peer_cut(to)) {
             return Err(NetError::Unreachable(to));
         }
         let Some(node) = self.node(to) else { return Err(NetError::Unreachable(to)) };

@@ -1,6 +1,6 @@
 //! Why the CPU per update depends on how many partitions share the clients: a fit of the
 //! measured cost per update against the Raft entries per update, over every update
-//! throughput phase of the fsynced settings (`default`, `equal_group_load`).
+//! throughput phase of the fsynced settings (`default`, `fixed_clients`, `double_clients`).
 //!
 //! The leader batches the writes waiting for its group into one entry (`propose.rs`), so an
 //! update costs a fixed part `a` (its client request, its apply, its share of hashing) and
@@ -19,6 +19,8 @@ use crate::metrics::metrics;
 
 /// Followers of a group (3 replicas).
 const FOLLOWERS: f64 = 2.0;
+/// The settings whose logs are fsynced and snapshots on: the entry-cost line's points.
+const FSYNCED: [&str; 3] = ["default", "fixed_clients", "double_clients"];
 
 /// Least-squares line `y = a + b x`, with its R².
 fn fit(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
@@ -45,7 +47,7 @@ pub fn entry_cost(sweep: &[SweepRow], target_ratio: f64) -> Value {
     let rows: Vec<&SweepRow> = sweep
         .iter()
         .filter(|r| r.workload == Workload::Update && r.cache)
-        .filter(|r| r.setting == "default" || r.setting == "equal_group_load")
+        .filter(|r| FSYNCED.contains(&r.setting.as_str()))
         .collect();
     let mut points = vec![];
     let mut table = vec![];
@@ -79,7 +81,7 @@ pub fn entry_cost(sweep: &[SweepRow], target_ratio: f64) -> Value {
     };
     json!({
         "kind": "measured points, fitted line",
-        "model": "cpu_us_per_update = a + b * entries_per_update (entries_per_update = Raft appends with entries per update / 2 followers), least squares over the update throughput phases of the default and equal_group_load settings",
+        "model": "cpu_us_per_update = a + b * entries_per_update (entries_per_update = Raft appends with entries per update / 2 followers), least squares over the update throughput phases of the default, fixed_clients and double_clients settings",
         "a_us_per_update": a,
         "b_us_per_entry": b,
         "r2": r2,

@@ -27,11 +27,12 @@ pub struct ProbeArgs {
     /// The workload of the throughput phase.
     #[arg(long, value_enum, default_value = "update")]
     pub workload: Workload,
-    /// Concurrent clients (the full run uses 64).
+    /// Concurrent clients (the full run uses 64 per partition).
     #[arg(long, default_value_t = 64)]
     pub clients: u32,
     /// Give each partition `--clients` clients (P x clients in all), as the full run's
-    /// `equal_group_load` setting does, instead of sharing `--clients` among the partitions.
+    /// default does, instead of sharing `--clients` among the partitions (its
+    /// `fixed_clients` setting).
     #[arg(long)]
     pub per_partition: bool,
     /// Length of the throughput phase.

@@ -13,6 +13,8 @@ pub struct Setup {
     pub latency_s: f64,
     pub throughput_s: f64,
     pub idle_s: f64,
+    /// Concurrent clients of a throughput phase, per partition
+    /// ([`crate::experiments::peak_clients`]).
     pub throughput_clients: u32,
     pub cache_partitions: Vec<u64>,
     pub capacities: Vec<u32>,
@@ -40,8 +42,10 @@ pub struct Setup {
     /// (no log-compaction snapshot during the load, separating the snapshot's cost, which
     /// grows with a range's size) and `no_fsync` (no fsync wait: the leaders become
     /// CPU-bound, the premise of the model, instead of bound by one fsync per Raft round),
-    /// `equal_group_load` (as default, but `throughput_clients` x P clients, so every group
-    /// sees as many concurrent clients as the one group of P = 1, and batches as much).
+    /// `fixed_clients` (as default, but `throughput_clients` clients in all whatever P: the
+    /// rule of the runs before 2026-11-29, under which a group of P = 8 sees an eighth of the
+    /// clients) and `double_clients` (twice the default's clients: if throughput rises
+    /// much, the default does not saturate).
     pub setting_partitions: Vec<u64>,
     pub settings: Vec<String>,
     pub no_snapshot_every: u64,
@@ -78,9 +82,11 @@ impl Setup {
             snapshot_every: 2000,
             setting_partitions: vec![1, 8],
             settings: if q {
-                vec!["equal_group_load".into()]
+                vec!["fixed_clients".into()]
             } else {
-                vec!["no_snapshots".into(), "no_fsync".into(), "equal_group_load".into()]
+                ["no_snapshots", "no_fsync", "fixed_clients", "double_clients"]
+                    .map(String::from)
+                    .to_vec()
             },
             no_snapshot_every: 1 << 40,
         }
