@@ -74,24 +74,14 @@ impl SimNet {
 
     /// Cuts `id` off from every other node and client (or heals it).
     pub fn isolate(&self, id: NodeId, cut: bool) {
-        let mut iso = self.isolated.lock().expect("not poisoned");
-        if cut {
-            iso.insert(id);
-        } else {
-            iso.remove(&id);
-        }
+        mark(&self.isolated, id, cut);
     }
 
     /// Cuts `id`'s Raft messages to and from every other node (or heals them), leaving
     /// client requests through: a leader so cut keeps answering the clients that reach it,
     /// which is what a leader lease must make safe.
     pub fn cut_from_peers(&self, id: NodeId, cut: bool) {
-        let mut set = self.peer_cut.lock().expect("not poisoned");
-        if cut {
-            set.insert(id);
-        } else {
-            set.remove(&id);
-        }
+        mark(&self.peer_cut, id, cut);
     }
 
     pub fn set_faults(&self, f: Faults) {
@@ -139,6 +129,16 @@ impl SimNet {
             return Err(NetError::Timeout(to));
         }
         Ok(crate::codec::decode(&bytes).expect("what was encoded decodes"))
+    }
+}
+
+/// Adds `id` to `set` (`cut`) or takes it out.
+fn mark(set: &Mutex<HashSet<NodeId>>, id: NodeId, cut: bool) {
+    let mut set = set.lock().expect("not poisoned");
+    if cut {
+        set.insert(id);
+    } else {
+        set.remove(&id);
     }
 }
 

@@ -23,6 +23,13 @@ fn options(seed: u64, dir: &std::path::Path, crashes: bool) -> SimOptions {
     }
 }
 
+/// `VAR=first..last` runs a longer sweep than a test's default seeds.
+fn seeds_from_env(var: &str) -> Option<std::ops::Range<u64>> {
+    let s = std::env::var(var).ok()?;
+    let (a, b) = s.split_once("..")?;
+    Some(a.parse().ok()?..b.parse().ok()?)
+}
+
 fn assert_sound(r: &SimReport, label: &str) {
     assert!(r.violations.is_empty(), "{label}: violations: {:#?}", r.violations);
     let bad = reads_from_writes(&r.history);
@@ -54,10 +61,7 @@ fn quiet_network_splits_and_stays_consistent() {
 #[test]
 fn faults_crashes_and_partitions_keep_the_invariants() {
     // BAVL_CLUSTER_SEEDS=first..last runs a longer sweep (the default is a smoke run).
-    let seeds = std::env::var("BAVL_CLUSTER_SEEDS").ok().and_then(|s| {
-        let (a, b) = s.split_once("..")?;
-        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
-    });
+    let seeds = seeds_from_env("BAVL_CLUSTER_SEEDS");
     for seed in seeds.unwrap_or(7..10) {
         let dir = tempfile::tempdir().unwrap();
         let r = run(options(seed, dir.path(), true));
@@ -80,10 +84,7 @@ fn leaders_cut_from_their_peers_keep_reads_linearizable() {
     // the clients that reach it, from its lease (docs/cluster.md §6), while the others
     // elect a leader and write. A lease longer than the election timeout fails this test
     // (checked: 8x the election timeout failed; see docs/cluster.md §11).
-    let seeds = std::env::var("BAVL_CLUSTER_CUT_SEEDS").ok().and_then(|s| {
-        let (a, b) = s.split_once("..")?;
-        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
-    });
+    let seeds = seeds_from_env("BAVL_CLUSTER_CUT_SEEDS");
     for seed in seeds.unwrap_or(20..23) {
         let dir = tempfile::tempdir().unwrap();
         let r = run(SimOptions { peer_cuts: true, ..options(seed, dir.path(), true) });
@@ -152,10 +153,7 @@ fn without_a_cache_every_request_asks_the_directory() {
 #[test]
 fn random_moves_under_faults_keep_the_invariants() {
     // A fourth node: every range can move; crashes, partitions and loss as above.
-    let seeds = std::env::var("BAVL_CLUSTER_MOVE_SEEDS").ok().and_then(|s| {
-        let (a, b) = s.split_once("..")?;
-        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
-    });
+    let seeds = seeds_from_env("BAVL_CLUSTER_MOVE_SEEDS");
     let mut moved = 0;
     for seed in seeds.unwrap_or(41..43) {
         let dir = tempfile::tempdir().unwrap();
@@ -192,10 +190,7 @@ fn a_dead_node_is_replaced_and_its_ranges_re_replicated() {
     // directory leader counts it dead after 10 ticks (2 s) of silence, and the rebalancer
     // re-creates each of its replicas elsewhere, one move at a time, while the clients run.
     // BAVL_CLUSTER_DEAD_SEEDS=first..last runs a sweep (the default is two seeds).
-    let seeds = std::env::var("BAVL_CLUSTER_DEAD_SEEDS").ok().and_then(|s| {
-        let (a, b) = s.split_once("..")?;
-        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
-    });
+    let seeds = seeds_from_env("BAVL_CLUSTER_DEAD_SEEDS");
     let mut moved = 0;
     for seed in seeds.unwrap_or(51..53) {
         let dir = tempfile::tempdir().unwrap();
@@ -226,10 +221,7 @@ fn merges_and_splits_under_faults_keep_the_invariants() {
     // Ranges split above 60 keys and neighbours of at most 45 keys each merge (load
     // ignored), so ranges split and merge back over and over, under crashes, partitions
     // and loss. BAVL_CLUSTER_MERGE_SEEDS=a..b runs a sweep.
-    let seeds = std::env::var("BAVL_CLUSTER_MERGE_SEEDS").ok().and_then(|s| {
-        let (a, b) = s.split_once("..")?;
-        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
-    });
+    let seeds = seeds_from_env("BAVL_CLUSTER_MERGE_SEEDS");
     let (mut merges, mut refused) = (0, 0);
     for seed in seeds.unwrap_or(61..65) {
         let dir = tempfile::tempdir().unwrap();
@@ -258,10 +250,7 @@ fn merges_and_splits_under_faults_keep_the_invariants() {
 fn merges_with_random_moves_under_faults_keep_the_invariants() {
     // The merge test's settings with a fourth node and the random mover of the moves test:
     // merges and moves of the same ranges interleave. BAVL_CLUSTER_MERGE_MOVE_SEEDS=a..b.
-    let seeds = std::env::var("BAVL_CLUSTER_MERGE_MOVE_SEEDS").ok().and_then(|s| {
-        let (a, b) = s.split_once("..")?;
-        Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
-    });
+    let seeds = seeds_from_env("BAVL_CLUSTER_MERGE_MOVE_SEEDS");
     let (mut merges, mut moves) = (0, 0);
     for seed in seeds.unwrap_or(71..77) {
         let dir = tempfile::tempdir().unwrap();
