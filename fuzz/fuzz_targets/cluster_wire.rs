@@ -3,6 +3,9 @@
 //! - A body decodes to an error or to a message that encodes back to bytes that decode to
 //!   the same encoding again (never a panic, never an unbounded allocation: postcard reads
 //!   lengths against the input).
+//! - A multiplexed connection's stream is cut into frames or refused, never a panic: each
+//!   frame taken is its 12-byte head and a body of the length the head gives, within the
+//!   bytes left; each body is then a request body as above.
 //! - A log file opens or is refused, never a panic. Refused means not a log of ours: the
 //!   file is left exactly as it was. Opened means the file is now a prefix of what it was
 //!   (a torn or damaged tail is cut, nothing is invented; an empty file or a cut header
@@ -15,7 +18,7 @@ use bavl_cluster::codec;
 use bavl_cluster::log_store::{Durability, LogStore, MAGIC};
 use bavl_cluster::msg::Reply;
 use bavl_cluster::tcp::Request;
-use bavl_fuzz::cluster::{log_file_of_records, LOG_FILE, LOG_RECORDS, REPLY, REQUEST};
+use bavl_fuzz::cluster::{log_file_of_records, LOG_FILE, LOG_RECORDS, MUX_STREAM, REPLY, REQUEST};
 use libfuzzer_sys::fuzz_target;
 
 fn stable<T: serde::Serialize + serde::de::DeserializeOwned>(body: &[u8]) {
@@ -23,6 +26,14 @@ fn stable<T: serde::Serialize + serde::de::DeserializeOwned>(body: &[u8]) {
         let again = codec::encode(&msg).expect("a decoded message encodes");
         let back: T = codec::decode(&again).expect("an encoding decodes");
         assert_eq!(codec::encode(&back).expect("encodes"), again, "re-encoding is stable");
+    }
+}
+
+fn mux_stream(mut rest: &[u8]) {
+    while let Ok(Some((_, body, taken))) = bavl_cluster::mux::take_tagged(rest) {
+        assert!(taken <= rest.len() && taken == 12 + body.len(), "a frame within the stream");
+        stable::<Request>(body);
+        rest = &rest[taken..];
     }
 }
 
@@ -60,6 +71,7 @@ fuzz_target!(|data: &[u8]| {
         REPLY => stable::<Reply>(rest),
         LOG_FILE => open_log(rest),
         LOG_RECORDS => open_log(&log_file_of_records(rest)),
+        MUX_STREAM => mux_stream(rest),
         _ => {}
     }
 });

@@ -8,6 +8,8 @@
 //!   payload the way the log does (`len: u32 LE | crc32: u32 LE | payload`) behind the
 //!   file's header, so the fuzzer reaches the record decoder instead of stopping at the
 //!   checksum.
+//! - `4`: `rest` is the byte stream of a multiplexed connection after its hello
+//!   (`mux::take_tagged` frames, each body a request).
 
 use bavl_cluster::log_store::MAGIC;
 
@@ -15,6 +17,7 @@ pub const REQUEST: u8 = 0;
 pub const REPLY: u8 = 1;
 pub const LOG_FILE: u8 = 2;
 pub const LOG_RECORDS: u8 = 3;
+pub const MUX_STREAM: u8 = 4;
 
 /// The log file a [`LOG_RECORDS`] input stands for (a cut last record is kept, cut).
 pub fn log_file_of_records(mut rest: &[u8]) -> Vec<u8> {
@@ -115,10 +118,16 @@ pub fn seeds() -> Vec<Vec<u8>> {
         },
     ];
     let mut out = vec![];
-    for msg in requests {
+    let mut stream = vec![];
+    for (id, msg) in requests.into_iter().enumerate() {
         let req = bavl_cluster::tcp::Request { from: 1, msg };
-        out.push(enc(REQUEST, bavl_cluster::codec::encode(&req).expect("encodes")));
+        let body = bavl_cluster::codec::encode(&req).expect("encodes");
+        stream.extend_from_slice(&(body.len() as u32 + 8).to_le_bytes());
+        stream.extend_from_slice(&(id as u64).to_le_bytes());
+        stream.extend_from_slice(&body);
+        out.push(enc(REQUEST, body));
     }
+    out.push(enc(MUX_STREAM, stream));
     let replies = vec![
         Reply::Client(ClientReply::Value(Some(b"v".to_vec()))),
         Reply::Client(ClientReply::NotLeader(Some(2))),

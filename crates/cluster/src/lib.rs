@@ -45,6 +45,7 @@ pub mod merge_driver;
 pub mod merge_plan;
 pub mod moves;
 pub mod msg;
+pub mod mux;
 pub mod node;
 pub mod plan;
 pub mod propose;

@@ -43,6 +43,11 @@ pub async fn read_frame<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<Opti
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
+    read_body(s, len).await.map(Some)
+}
+
+/// Reads the body of a frame whose 4 length bytes were read (refused over [`MAX_FRAME`]).
+async fn read_body<S: AsyncRead + Unpin>(s: &mut S, len: [u8; 4]) -> std::io::Result<Vec<u8>> {
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_FRAME {
         return Err(std::io::Error::other(format!(
@@ -51,7 +56,7 @@ pub async fn read_frame<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<Opti
     }
     let mut buf = vec![0u8; len];
     s.read_exact(&mut buf).await?;
-    Ok(Some(buf))
+    Ok(buf)
 }
 
 /// Writes one frame (refused if longer than [`MAX_FRAME`]) with one write: the length and
@@ -67,32 +72,93 @@ pub async fn write_frame<S: AsyncWrite + Unpin>(s: &mut S, bytes: &[u8]) -> std:
     s.flush().await
 }
 
-/// Serves `node` on `listener` until the task is dropped.
+/// What a server does beside serving (the lab counts messages through it): `before` sees
+/// each request and its size on the wire, `after` the size of its reply.
+pub trait ServeHook: Send + Sync + 'static {
+    type Tag: Send + 'static;
+    /// The answer to a plain frame that is one of the hook's own queries, not a request.
+    fn query(&self, _frame: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn before(&self, msg: &Message, wire_in: usize) -> Self::Tag;
+    fn after(&self, tag: Self::Tag, wire_out: usize);
+}
+
+impl ServeHook for () {
+    type Tag = ();
+    fn before(&self, _: &Message, _: usize) {}
+    fn after(&self, _: (), _: usize) {}
+}
+
+/// Serves `node` on `listener` until the task is dropped: plain connections (one
+/// exchange at a time) and multiplexed ones (they open with [`crate::mux::HELLO`]).
 pub async fn serve(node: Arc<Node>, listener: TcpListener) {
+    serve_with(node, listener, Arc::new(())).await
+}
+
+/// [`serve`], with a hook.
+pub async fn serve_with<H: ServeHook>(node: Arc<Node>, listener: TcpListener, hook: Arc<H>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
         let _ = stream.set_nodelay(true);
-        let mut stream = BufReader::new(stream);
-        let node = node.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(frame)) = read_frame(&mut stream).await {
-                if node.is_stopped() {
-                    break;
-                }
-                let Ok(req) = codec::decode::<Request>(&frame) else { break };
-                let reply = node.handle(req.msg).await;
-                let Ok(bytes) = codec::encode(&reply) else { break };
-                if write_frame(&mut stream, &bytes).await.is_err() {
-                    break;
-                }
-            }
-        });
+        tokio::spawn(serve_conn(node.clone(), stream, hook.clone()));
+    }
+}
+
+/// The encoded reply to one encoded request; `None` (drop the connection) if the node
+/// stopped or the request does not decode. `overhead`: the framing bytes around a body.
+pub(crate) async fn answer<H: ServeHook>(
+    node: &Node,
+    hook: &H,
+    frame: &[u8],
+    overhead: usize,
+) -> Option<Vec<u8>> {
+    if node.is_stopped() {
+        return None;
+    }
+    let req = codec::decode::<Request>(frame).ok()?;
+    let tag = hook.before(&req.msg, frame.len() + overhead);
+    let bytes = codec::encode(&node.handle(req.msg).await).ok()?;
+    hook.after(tag, bytes.len() + overhead);
+    Some(bytes)
+}
+
+async fn serve_conn<H: ServeHook>(node: Arc<Node>, stream: TcpStream, hook: Arc<H>) {
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let mut first = [0u8; 4];
+    if r.read_exact(&mut first).await.is_err() {
+        return;
+    }
+    if first == crate::mux::HELLO {
+        return crate::mux::serve(node, r, w, hook).await;
+    }
+    let mut frame = read_body(&mut r, first).await.ok();
+    while let Some(f) = frame {
+        let bytes = match hook.query(&f) {
+            Some(b) => b,
+            None => match answer(&node, &*hook, &f, 4).await {
+                Some(b) => b,
+                None => break,
+            },
+        };
+        if write_frame(&mut w, &bytes).await.is_err() {
+            break;
+        }
+        frame = read_frame(&mut r).await.ok().flatten();
     }
 }
 
 /// How long a `Move` request may take (it waits for a snapshot transfer and three
 /// membership changes), instead of the transport's timeout.
 pub const MOVE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Whether a message moves a range's data (a `Move`, a snapshot offer): it may take
+/// [`MOVE_TIMEOUT`], and the multiplexed transport sends it over a plain connection.
+pub(crate) fn is_bulk(msg: &Message) -> bool {
+    matches!(msg, Message::Client(r) if matches!(r.op, ClientOp::Move { .. }))
+        || matches!(msg, Message::Raft { rpc, .. } if matches!(**rpc, RaftRpc::Snapshot(_)))
+}
 
 /// A TCP transport to a set of peers, which grows as addresses are learned.
 pub struct TcpTransport {
@@ -110,9 +176,7 @@ impl TcpTransport {
         let addr = self.peers.lock().expect("not poisoned").get(&to).copied();
         let addr = addr.ok_or(NetError::Unreachable(to))?;
         // A snapshot offer is answered once the receiver fetched every chunk.
-        let is_move = matches!(&msg, Message::Client(r) if matches!(r.op, ClientOp::Move { .. }))
-            || matches!(&msg, Message::Raft { rpc, .. } if matches!(**rpc, RaftRpc::Snapshot(_)));
-        let timeout = if is_move { MOVE_TIMEOUT } else { self.timeout };
+        let timeout = if is_bulk(&msg) { MOVE_TIMEOUT } else { self.timeout };
         let pooled = self.pool.lock().expect("not poisoned").get_mut(&to).and_then(Vec::pop);
         let mut stream = match pooled {
             Some(s) => s,

@@ -90,7 +90,7 @@ const WORKLOADS: [Workload; 4] =
     [Workload::Search, Workload::Update, Workload::Insert, Workload::Mixed];
 
 pub(crate) fn phase(name: String, workload: Workload, clients: u32, seconds: f64) -> PhaseSpec {
-    PhaseSpec { name, workload, clients, seconds }
+    PhaseSpec { name, workload, clients, seconds, partition: None }
 }
 
 pub(crate) async fn background(c: &LabCluster, seconds: f64) -> Background {
@@ -130,7 +130,7 @@ fn sweep_phases(s: &Setup, clients: u32, workloads: &[Workload]) -> Vec<PhaseSpe
     v
 }
 
-fn rows(
+pub(crate) fn rows(
     p: u64,
     (cache, setting): (bool, &str),
     workloads: &[Workload],
@@ -179,6 +179,7 @@ async fn sweep_one(s: &Setup, work: &Path, port: u16, p: u64, r: &mut Results) -
     let spec = Spec {
         peers: c.peers.clone(),
         no_cache: false,
+        clients_per_connection: s.clients_per_connection,
         keys: s.keys,
         phases: sweep_phases(s, peak_clients(s, p), &WORKLOADS),
         history: None,
@@ -213,7 +214,7 @@ async fn setting_one(
     let cfg = match setting {
         "no_snapshots" => Config { snapshot_every: s.no_snapshot_every, ..base },
         "no_fsync" => Config { no_fsync: true, ..base },
-        "fixed_clients" | "double_clients" => base,
+        "fixed_clients" | "double_clients" | "own_connections" => base,
         other => bail!("unknown setting {other}"),
     };
     let clients = match setting {
@@ -228,10 +229,15 @@ async fn setting_one(
     let spec = Spec {
         peers: c.peers.clone(),
         no_cache: false,
+        clients_per_connection: s.clients_per_connection,
         keys: s.keys,
         phases: sweep_phases(s, clients, &wl),
         history: None,
         seed: 500 + p,
+    };
+    let spec = match setting {
+        "own_connections" => Spec { clients_per_connection: 0, ..spec },
+        _ => spec,
     };
     let res = c.load(&spec).await?;
     r.sweep.extend(rows(p, (true, setting), &wl, &res.phases, &bg));
@@ -246,6 +252,7 @@ async fn capacity_one(s: &Setup, work: &Path, port: u16, cap: u32) -> Result<Cap
     let spec = Spec {
         peers: c.peers.clone(),
         no_cache: false,
+        clients_per_connection: s.clients_per_connection,
         keys: s.keys,
         phases: vec![
             phase("warmup".into(), Workload::Search, clients, 0.5),
@@ -272,6 +279,7 @@ async fn splits(s: &Setup, work: &Path, port: u16) -> Result<SplitRun> {
     let spec = Spec {
         peers: c.peers.clone(),
         no_cache: false,
+        clients_per_connection: s.clients_per_connection,
         keys: s.split_preload,
         phases: vec![
             phase("warmup".into(), Workload::Update, n, 0.5),
@@ -301,6 +309,7 @@ async fn history_one(s: &Setup, work: &Path, port: u16, h: usize) -> Result<Hist
     let spec = Spec {
         peers: c.peers.clone(),
         no_cache: false,
+        clients_per_connection: s.clients_per_connection,
         keys: s.history_hot_keys,
         phases: vec![phase("history".into(), Workload::History, s.history_clients, s.history_s)],
         history: Some(file.clone()),
@@ -368,6 +377,17 @@ pub async fn run_all(a: &RunArgs, root: &Path, out: &Path, work: &Path) -> Resul
         port += 10;
     }
     for setting in &s.settings.clone() {
+        if setting == "one_partition" {
+            eprintln!(
+                "clusterlab: partitions {:?} side by side, setting one_partition",
+                s.setting_partitions
+            );
+            let ps = s.setting_partitions.clone();
+            let x = crate::isolated::side_by_side(&s, work, port, &ps, &mut r).await;
+            note(&mut r, "one_partition", x);
+            port += 10 * ps.len() as u16;
+            continue;
+        }
         for &p in &s.setting_partitions.clone() {
             eprintln!("clusterlab: {p} partition(s), setting {setting}");
             let x = setting_one(&s, work, port, p, setting, &mut r).await;

@@ -17,9 +17,10 @@ pub fn preloaded(i: u64) -> u64 {
     i * SPACING
 }
 
-/// A key that was never preloaded, uniform over the key space of `keys` preloaded keys.
-pub fn fresh(rng: &mut impl Rng, keys: u64) -> u64 {
-    preloaded(rng.gen_range(0..keys.max(1))) + rng.gen_range(1..SPACING)
+/// A key that was never preloaded, uniform over the key space after the preloaded keys
+/// of indices `keys` (up to the next preloaded key).
+pub fn fresh(rng: &mut impl Rng, keys: std::ops::Range<u64>) -> u64 {
+    preloaded(rng.gen_range(keys)) + rng.gen_range(1..SPACING)
 }
 
 pub fn initial_value(i: u64) -> Vec<u8> {

@@ -8,12 +8,16 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use bavl_cluster::client::{Client, ClientError, ClientOptions, ClientStats};
 use bavl_cluster::history::{HexBytes, Kind, Op};
+use bavl_cluster::msg::Transport;
+use bavl_cluster::mux::MuxTransport;
 use bavl_cluster::tcp::TcpTransport;
 use bavl_cluster::types::NodeId;
 use rand::rngs::SmallRng;
@@ -47,12 +51,29 @@ pub struct PhaseSpec {
     pub workload: Workload,
     pub clients: u32,
     pub seconds: f64,
+    /// `(i, p)`: only partition `i`'s keys of `p` equal partitions of the preloaded keys
+    /// (the ranges the lab's clusters start with, `node::initial_ranges`); `None`: all keys.
+    #[serde(default)]
+    pub partition: Option<(u64, u64)>,
+}
+
+/// The preloaded keys' indices a phase draws from.
+pub fn key_window(keys: u64, partition: Option<(u64, u64)>) -> std::ops::Range<u64> {
+    let keys = keys.max(1);
+    match partition {
+        Some((i, p)) if p > 0 && i < p && keys >= p => i * keys / p..(i + 1) * keys / p,
+        _ => 0..keys,
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Spec {
     pub peers: String,
     pub no_cache: bool,
+    /// Clients sharing one [`MuxTransport`] (one multiplexed connection per node), as the
+    /// application threads of one client machine share its client library; 0: every
+    /// client has its own plain connections (one request at a time on each).
+    pub clients_per_connection: u32,
     /// Preloaded keys (search and update pick among them; fresh keys fall between them).
     pub keys: u64,
     pub phases: Vec<PhaseSpec>,
@@ -144,26 +165,26 @@ fn outcome_of(e: &ClientError) -> Outcome {
 
 impl Worker {
     /// One operation of `w`, recorded.
-    async fn step(&mut self, w: Workload, keys: u64, t0: Instant, record: bool) {
+    async fn step(&mut self, w: Workload, keys: Range<u64>, t0: Instant, record: bool) {
         let r: f64 = self.rng.gen();
         let id = self.client.id;
-        let hot = |rng: &mut SmallRng| keys::key(keys::preloaded(rng.gen_range(0..keys.max(1))));
+        let hot = |rng: &mut SmallRng| keys::key(keys::preloaded(rng.gen_range(keys.clone())));
         let (kind, key, write) = match w {
             Workload::Search => ("search", hot(&mut self.rng), None),
             Workload::Update => ("update", hot(&mut self.rng), Some(Kind::Put)),
             Workload::Insert => {
-                ("insert", keys::key(keys::fresh(&mut self.rng, keys)), Some(Kind::Put))
+                ("insert", keys::key(keys::fresh(&mut self.rng, keys.clone())), Some(Kind::Put))
             }
             Workload::Mixed if r < 0.80 => ("search", hot(&mut self.rng), None),
             Workload::Mixed if r < 0.95 => ("update", hot(&mut self.rng), Some(Kind::Put)),
             Workload::Mixed => {
-                ("insert", keys::key(keys::fresh(&mut self.rng, keys)), Some(Kind::Put))
+                ("insert", keys::key(keys::fresh(&mut self.rng, keys.clone())), Some(Kind::Put))
             }
             Workload::History if r < 0.40 => ("search", hot(&mut self.rng), None),
             Workload::History if r < 0.80 => ("update", hot(&mut self.rng), Some(Kind::Put)),
             Workload::History if r < 0.85 => ("delete", hot(&mut self.rng), Some(Kind::Delete)),
             Workload::History => {
-                ("insert", keys::key(keys::fresh(&mut self.rng, keys)), Some(Kind::Put))
+                ("insert", keys::key(keys::fresh(&mut self.rng, keys.clone())), Some(Kind::Put))
             }
         };
         self.seq += 1;
@@ -235,9 +256,18 @@ pub async fn run(spec: Spec) -> Result<LoadResult> {
         backoff: Duration::from_millis(20),
         spread_reads: false,
     };
+    let per = u64::from(spec.clients_per_connection);
+    let mut shared: Option<Arc<dyn Transport>> = None;
     let mut workers: Vec<Worker> = (0..most as u64)
         .map(|i| {
-            let transport = TcpTransport::new(peers.clone(), Duration::from_secs(2));
+            let transport: Arc<dyn Transport> = if per == 0 {
+                TcpTransport::new(peers.clone(), Duration::from_secs(2))
+            } else {
+                if i % per == 0 {
+                    shared = Some(MuxTransport::new(peers.clone(), Duration::from_secs(2)));
+                }
+                shared.clone().expect("set at i = 0")
+            };
             let id = spec.seed * 1000 + i + 1;
             Worker {
                 client: Client::new(id, nodes.clone(), transport, opts.clone()),
@@ -260,11 +290,11 @@ pub async fn run(spec: Spec) -> Result<LoadResult> {
         let active: Vec<Worker> = workers.drain(..ph.clients as usize).collect();
         let mut tasks = Vec::new();
         for mut w in active {
-            let (wl, keys) = (ph.workload, spec.keys);
+            let (wl, keys) = (ph.workload, key_window(spec.keys, ph.partition));
             tasks.push(tokio::spawn(async move {
                 w.done.clear();
                 while Instant::now() < deadline {
-                    w.step(wl, keys, t0, record).await;
+                    w.step(wl, keys.clone(), t0, record).await;
                 }
                 w
             }));

@@ -17,6 +17,7 @@ mod cluster;
 mod csv;
 mod entrycost;
 mod experiments;
+mod isolated;
 mod keys;
 mod load;
 mod merges;

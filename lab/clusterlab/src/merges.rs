@@ -43,6 +43,7 @@ pub async fn merges(s: &Setup, work: &Path, port: u16) -> Result<MergeRun> {
     let spec = Spec {
         peers: c.peers.clone(),
         no_cache: false,
+        clients_per_connection: s.clients_per_connection,
         keys: s.merge_preload,
         phases: vec![
             phase("warmup".into(), Workload::Update, n, 0.5),

@@ -21,6 +21,12 @@
 //! replicas, writes by its leader, at `c_write` = the leader's CPU per update at P = 1.
 //! Efficiency: `T(P, w) / (P * T(1, w))`.
 //!
+//! Which `c(P)`: the model is applied to every setting's measurements; the targets take
+//! the `one_partition` setting's ([`crate::isolated`]: one partition loaded at a time, so a
+//! leader does not share its process with the other partitions' loads, as the premise
+//! says), and the default's (all partitions loaded at once on the same 3 processes and 2
+//! cores) are reported beside them.
+//!
 //! What the model leaves out (said in the JSON too): network bandwidth and latency (1 GbE
 //! carries about 100k of the measured ~1 kB operations per second per link), the disk
 //! (fsync latency bounds a partition's throughput only through its batching, which a

@@ -14,7 +14,7 @@ use anyhow::Result;
 
 use crate::cluster::LabCluster;
 use crate::experiments::{background, config, phase};
-use crate::load::{Spec, Workload};
+use crate::load::{PhaseSpec, Spec, Workload};
 use crate::metrics::metrics;
 use crate::setup::Setup;
 use crate::RunArgs;
@@ -35,6 +35,14 @@ pub struct ProbeArgs {
     /// `fixed_clients` setting).
     #[arg(long)]
     pub per_partition: bool,
+    /// Clients sharing one multiplexed connection per node (0: every client has its own
+    /// connections, one request at a time on each).
+    #[arg(long, default_value_t = 64)]
+    pub clients_per_connection: u32,
+    /// Load only the first partition's keys (the other groups idle): a partition's cost
+    /// when its leader need not share its process's CPU with the others' loads.
+    #[arg(long)]
+    pub one_partition: bool,
     /// Length of the throughput phase.
     #[arg(long, default_value_t = 8.0)]
     pub seconds: f64,
@@ -57,10 +65,14 @@ pub async fn run(run: &RunArgs, a: &ProbeArgs, work: &Path) -> Result<()> {
         let spec = Spec {
             peers: c.peers.clone(),
             no_cache: false,
+            clients_per_connection: a.clients_per_connection,
             keys: s.keys,
             phases: vec![
                 phase("warmup".into(), a.workload, clients, 1.0),
-                phase("throughput".into(), a.workload, clients, a.seconds),
+                PhaseSpec {
+                    partition: a.one_partition.then_some((0, p)),
+                    ..phase("throughput".into(), a.workload, clients, a.seconds)
+                },
             ],
             history: None,
             seed: p,

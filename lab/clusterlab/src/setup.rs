@@ -16,6 +16,10 @@ pub struct Setup {
     /// Concurrent clients of a throughput phase, per partition
     /// ([`crate::experiments::peak_clients`]).
     pub throughput_clients: u32,
+    /// Clients sharing one multiplexed connection per node (`load::Spec`): one client
+    /// machine per `throughput_clients` clients, so a group sees as many connections at
+    /// every P. The `own_connections` setting gives every client its own (0).
+    pub clients_per_connection: u32,
     pub cache_partitions: Vec<u64>,
     pub capacities: Vec<u32>,
     pub capacity_partitions: u64,
@@ -62,6 +66,7 @@ impl Setup {
             throughput_s: if q { 1.0 } else { 8.0 },
             idle_s: if q { 1.0 } else { 4.0 },
             throughput_clients: 64,
+            clients_per_connection: 64,
             cache_partitions: if q { vec![8] } else { vec![4, 8] },
             capacities: if q { vec![16] } else { vec![16, 64, 256, 1024] },
             capacity_partitions: 8,
@@ -82,11 +87,18 @@ impl Setup {
             snapshot_every: 2000,
             setting_partitions: vec![1, 8],
             settings: if q {
-                vec!["fixed_clients".into()]
+                vec!["one_partition".into(), "fixed_clients".into()]
             } else {
-                ["no_snapshots", "no_fsync", "fixed_clients", "double_clients"]
-                    .map(String::from)
-                    .to_vec()
+                [
+                    "one_partition",
+                    "no_snapshots",
+                    "no_fsync",
+                    "fixed_clients",
+                    "double_clients",
+                    "own_connections",
+                ]
+                .map(String::from)
+                .to_vec()
             },
             no_snapshot_every: 1 << 40,
         }

@@ -11,10 +11,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use bavl_cluster::codec;
 use bavl_cluster::msg::{ClientOp, Message, RaftRpc};
 use bavl_cluster::node::Node;
-use bavl_cluster::tcp::{read_frame, write_frame, Request};
+use bavl_cluster::tcp::{read_frame, serve_with, write_frame, ServeHook};
 use bavl_cluster::types::DIRECTORY_GROUP;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,7 +28,7 @@ struct LabQuery {
 }
 
 /// Requests, request bytes and reply bytes of one class of message (frames with their
-/// 4-byte length prefix).
+/// framing: 4 bytes on a plain connection, 12 on a multiplexed one).
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Count {
     pub rpcs: u64,
@@ -114,54 +113,51 @@ fn class(msg: &Message) -> &'static str {
     }
 }
 
-type Counters = Arc<Mutex<BTreeMap<String, Count>>>;
+type Counters = Arc<Mutex<BTreeMap<&'static str, Count>>>;
 
-/// Serves `node` on `listener` as `bavl_cluster::tcp::serve` does, counting every message.
-pub async fn serve_counted(node: Arc<Node>, listener: TcpListener) {
-    let counters: Counters = Arc::default();
-    loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        let _ = stream.set_nodelay(true);
-        let mut stream = tokio::io::BufReader::new(stream);
-        let node = node.clone();
-        let counters = counters.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(frame)) = read_frame(&mut stream).await {
-                if node.is_stopped() {
-                    break;
-                }
-                let (bytes, counted) = if frame.starts_with(LAB_QUERY_PREFIX) {
-                    match serde_json::from_slice::<LabQuery>(&frame) {
-                        Ok(q) if q.lab == "stats" => (stats_json(&counters), None),
-                        _ => break,
-                    }
-                } else {
-                    let Ok(req) = codec::decode::<Request>(&frame) else { break };
-                    let class = class(&req.msg);
-                    let reply = node.handle(req.msg).await;
-                    let Ok(bytes) = codec::encode(&reply) else { break };
-                    (bytes, Some(class))
-                };
-                if let Some(class) = counted {
-                    let mut c = counters.lock().expect("not poisoned");
-                    let e = c.entry(class.to_string()).or_default();
-                    e.rpcs += 1;
-                    e.bytes_in += frame.len() as u64 + 4;
-                    e.bytes_out += bytes.len() as u64 + 4;
-                }
-                if write_frame(&mut stream, &bytes).await.is_err() {
-                    break;
-                }
-            }
-        });
+/// Counts every message by class as the node serves it; answers stats queries.
+struct Counting(Counters);
+
+impl ServeHook for Counting {
+    type Tag = (&'static str, usize);
+
+    fn query(&self, frame: &[u8]) -> Option<Vec<u8>> {
+        if !frame.starts_with(LAB_QUERY_PREFIX) {
+            return None;
+        }
+        let q = serde_json::from_slice::<LabQuery>(frame).ok()?;
+        (q.lab == "stats").then(|| stats_json(&self.0))
     }
+
+    fn before(&self, msg: &Message, wire_in: usize) -> Self::Tag {
+        (class(msg), wire_in)
+    }
+
+    fn after(&self, (class, wire_in): Self::Tag, wire_out: usize) {
+        let mut c = self.0.lock().expect("not poisoned");
+        let e = c.entry(class).or_default();
+        e.rpcs += 1;
+        e.bytes_in += wire_in as u64;
+        e.bytes_out += wire_out as u64;
+    }
+}
+
+/// Serves `node` on `listener` as `bavl_cluster::tcp::serve` does (plain and multiplexed
+/// connections), counting every message.
+pub async fn serve_counted(node: Arc<Node>, listener: TcpListener) {
+    serve_with(node, listener, Arc::new(Counting(Counters::default()))).await
 }
 
 fn stats_json(counters: &Counters) -> Vec<u8> {
     let stats = NodeStats {
         pid: std::process::id(),
         cpu_s: proc_cpu_s("self").unwrap_or(0.0),
-        classes: counters.lock().expect("not poisoned").clone(),
+        classes: counters
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect(),
     };
     serde_json::to_vec(&stats).expect("stats serialize")
 }

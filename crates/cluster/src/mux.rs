@@ -1,0 +1,392 @@
+//! The multiplexed client transport: every caller sharing one [`MuxTransport`] sends its
+//! requests to a node over one TCP connection, many in flight at once, as a client library
+//! on an application's machine does (TiKV's client batches its commands the same way).
+//!
+//! Wire (docs/cluster.md section 3): the client opens the connection with the 4 bytes
+//! [`HELLO`], a length no plain frame can carry (it is over [`MAX_FRAME`]), so a node tells
+//! the two kinds of connection apart by their first 4 bytes. Then both ways, frames
+//! `len: u32 LE | id: u64 LE | body`, `len` counting the id and the body (at least 8, at most
+//! [`MAX_FRAME`]), the body a [`Request`] or a `Reply` encoded as on a plain connection. A
+//! reply carries its request's id; replies come in any order.
+//!
+//! Costs, the reason for it: a writer task puts every frame queued since its last write into
+//! one `write`, and one `recv` brings in every reply (or, on the node, every request) that
+//! arrived meanwhile, so under load the system calls and wake-ups of a connection are
+//! shared by the requests in flight on it. On the node, each request is handled in a task
+//! of its own (one slow request, a write waiting for its Raft round, holds up no other);
+//! replies are coalesced the same way.
+//!
+//! A call that finds no other call to the same node under way goes as a plain exchange
+//! (over the pooled connections of [`TcpTransport`]): alone, it has nothing to share, and
+//! the plain path makes no hand-off between tasks.
+//!
+//! Delivery semantics are those of [`TcpTransport`]: a refused connection is `Unreachable`;
+//! once a request is queued, a broken connection or no answer within the timeout is
+//! `Timeout` (it may have been acted upon). Messages that move a range's data (a `Move`, a
+//! snapshot offer) go over the plain pooled transport, so a long transfer holds up nothing
+//! behind it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, Notify};
+use tokio::task::AbortHandle;
+
+use crate::codec;
+use crate::msg::{BoxFuture, Message, NetError, Reply, Transport};
+use crate::node::Node;
+use crate::tcp::{answer, is_bulk, Request, ServeHook, TcpTransport, MAX_FRAME};
+use crate::types::NodeId;
+
+/// The first 4 bytes of a multiplexed connection (as a little-endian length it is over
+/// [`MAX_FRAME`], so no plain connection starts with it).
+pub const HELLO: [u8; 4] = *b"bvMX";
+
+/// Reads one multiplexed frame: `(id, body)`, or `None` at a clean end of stream. A length
+/// below 8 or over [`MAX_FRAME`] is refused before anything is allocated.
+pub async fn read_tagged<S: AsyncRead + Unpin>(
+    s: &mut S,
+) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+    let mut head = [0u8; 4];
+    match s.read_exact(&mut head).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(head) as usize;
+    if !(8..=MAX_FRAME).contains(&len) {
+        return Err(std::io::Error::other(format!("tagged frame of {len} bytes")));
+    }
+    let mut id = [0u8; 8];
+    s.read_exact(&mut id).await?;
+    let mut body = vec![0u8; len - 8];
+    s.read_exact(&mut body).await?;
+    Ok(Some((u64::from_le_bytes(id), body)))
+}
+
+/// Appends the frame of `(id, body)` to `out`; false (nothing appended) if too long.
+fn push_tagged(out: &mut Vec<u8>, id: u64, body: &[u8]) -> bool {
+    let Some(len) = body.len().checked_add(8).filter(|l| *l <= MAX_FRAME) else { return false };
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(body);
+    true
+}
+
+/// The sending side of one connection: frames queue in `buf`; a writer task takes them all
+/// at once.
+struct Outbox {
+    buf: Mutex<Vec<u8>>,
+    wake: Notify,
+    dead: AtomicBool,
+}
+
+impl Outbox {
+    fn new(first: Vec<u8>) -> Arc<Self> {
+        Arc::new(Outbox {
+            buf: Mutex::new(first),
+            wake: Notify::new(),
+            dead: AtomicBool::new(false),
+        })
+    }
+
+    /// Queues a frame; false if too long to send or the connection is broken.
+    fn push(&self, id: u64, body: &[u8]) -> bool {
+        let mut buf = self.buf.lock().expect("not poisoned");
+        if self.dead.load(Ordering::Acquire) {
+            return false;
+        }
+        let was_empty = buf.is_empty();
+        if !push_tagged(&mut buf, id, body) {
+            return false;
+        }
+        drop(buf);
+        if was_empty {
+            // The writer takes the whole buffer; a non-empty one is already announced.
+            self.wake.notify_one();
+        }
+        true
+    }
+
+    fn close(&self) {
+        self.dead.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// The writer task: one `write` per wake-up for everything queued.
+    async fn write_all(self: Arc<Self>, mut w: OwnedWriteHalf) {
+        loop {
+            let batch = std::mem::take(&mut *self.buf.lock().expect("not poisoned"));
+            if batch.is_empty() {
+                if self.dead.load(Ordering::Acquire) {
+                    return;
+                }
+                self.wake.notified().await;
+                continue;
+            }
+            if w.write_all(&batch).await.is_err() {
+                self.close();
+                return;
+            }
+        }
+    }
+}
+
+/// The first whole tagged frame of `buf`: `(id, body, bytes taken)`; `Ok(None)` if `buf`
+/// holds no whole frame yet; an error for a length out of bounds (refused before its body
+/// arrives).
+pub fn take_tagged(buf: &[u8]) -> std::io::Result<Option<(u64, &[u8], usize)>> {
+    let Some(head) = buf.first_chunk::<4>() else { return Ok(None) };
+    let len = u32::from_le_bytes(*head) as usize;
+    if !(8..=MAX_FRAME).contains(&len) {
+        return Err(std::io::Error::other(format!("tagged frame of {len} bytes")));
+    }
+    let Some(frame) = buf.get(4..4 + len) else { return Ok(None) };
+    let (id, body) = frame.split_at(8);
+    Ok(Some((u64::from_le_bytes(id.try_into().expect("8 bytes")), body, 4 + len)))
+}
+
+/// Requests a node runs at once for one multiplexed connection; past it, it reads no more
+/// from that connection until some finish (what a client can make a node hold is bounded:
+/// this many requests, and the bytes of one frame beyond them).
+pub const MAX_IN_FLIGHT: usize = 4096;
+
+/// Serves one multiplexed connection (after its [`HELLO`]) until it ends or the node
+/// stops. One task does it all: it reads whatever requests arrived, starts each, polls
+/// them together (a search finishes at once; a write waits for its Raft round without
+/// holding up the others), and writes every reply ready by then in one `write`; no task
+/// is spawned and no hand-off made per request.
+pub(crate) async fn serve<H: ServeHook>(
+    node: Arc<Node>,
+    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    mut w: OwnedWriteHalf,
+    hook: Arc<H>,
+) {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    use futures::FutureExt;
+    // What the buffered reader already holds (read with the hello) comes first.
+    let mut inbuf = r.buffer().to_vec();
+    let mut r = r.into_inner();
+    let mut running = FuturesUnordered::new();
+    let mut out = Vec::new();
+    let (node, hook) = (&*node, &*hook);
+    loop {
+        let mut taken = 0;
+        while running.len() < MAX_IN_FLIGHT {
+            match take_tagged(&inbuf[taken..]) {
+                Ok(Some((id, body, n))) => {
+                    let frame = body.to_vec();
+                    running.push(async move { (id, answer(node, hook, &frame, 12).await) }.boxed());
+                    taken += n;
+                }
+                Ok(None) => break,
+                Err(_) => return,
+            }
+        }
+        inbuf.drain(..taken);
+        while let Some(Some((id, reply))) = running.next().now_or_never() {
+            let Some(bytes) = reply else { return };
+            if !push_tagged(&mut out, id, &bytes) {
+                return;
+            }
+        }
+        if !out.is_empty() {
+            if w.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        inbuf.reserve(64 << 10);
+        let room = running.len() < MAX_IN_FLIGHT && inbuf.len() < 4 + 12 + MAX_FRAME;
+        tokio::select! {
+            n = r.read_buf(&mut inbuf), if room => {
+                if !matches!(n, Ok(n) if n > 0) {
+                    return;
+                }
+            }
+            Some((id, reply)) = running.next(), if !running.is_empty() => {
+                let Some(bytes) = reply else { return };
+                if !push_tagged(&mut out, id, &bytes) {
+                    return;
+                }
+            }
+            else => return,
+        }
+    }
+}
+
+type Pending = Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>;
+
+/// Where a node's connection lives (opened under its lock).
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Conn>>>>;
+
+/// One connection to one node.
+struct Conn {
+    addr: SocketAddr,
+    out: Arc<Outbox>,
+    pending: Arc<Pending>,
+    next_id: AtomicU64,
+    /// Calls to this node under way (plain or multiplexed).
+    calls: AtomicUsize,
+    tasks: [AbortHandle; 2],
+}
+
+/// Counts a call out when it ends, however it ends.
+struct Leaving<'a>(&'a AtomicUsize);
+
+impl Drop for Leaving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr, timeout: Duration) -> Option<Arc<Conn>> {
+        let s = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.ok()?.ok()?;
+        let _ = s.set_nodelay(true);
+        let (r, w) = s.into_split();
+        let out = Outbox::new(HELLO.to_vec());
+        let pending: Arc<Pending> = Arc::default();
+        let writer = tokio::spawn(out.clone().write_all(w)).abort_handle();
+        let reader = tokio::spawn(Self::read_all(BufReader::new(r), out.clone(), pending.clone()));
+        let tasks = [writer, reader.abort_handle()];
+        let (next_id, calls) = (AtomicU64::new(1), AtomicUsize::new(0));
+        Some(Arc::new(Conn { addr, out, pending, next_id, calls, tasks }))
+    }
+
+    /// The reader task: hands each reply to its caller; at the end, fails every caller
+    /// still waiting (their senders dropped).
+    async fn read_all(
+        mut r: BufReader<tokio::net::tcp::OwnedReadHalf>,
+        out: Arc<Outbox>,
+        pending: Arc<Pending>,
+    ) {
+        while let Ok(Some((id, body))) = read_tagged(&mut r).await {
+            let waiter = pending.lock().expect("not poisoned").remove(&id);
+            if let Some(tx) = waiter {
+                let _ = tx.send(body);
+            }
+        }
+        out.close();
+        pending.lock().expect("not poisoned").clear();
+    }
+
+    fn is_dead(&self) -> bool {
+        self.out.dead.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A transport whose callers share one multiplexed connection per node (module docs).
+pub struct MuxTransport {
+    peers: Mutex<HashMap<NodeId, SocketAddr>>,
+    /// One slot per node: opening a connection to one node holds up no call to another.
+    conns: Mutex<HashMap<NodeId, Slot>>,
+    /// For messages that move a range's data.
+    plain: Arc<TcpTransport>,
+    timeout: Duration,
+    /// Whether a call with no other call to its node under way goes plain (module docs).
+    lone_plain: bool,
+}
+
+impl MuxTransport {
+    pub fn new(peers: HashMap<NodeId, SocketAddr>, timeout: Duration) -> Arc<Self> {
+        Self::build(peers, timeout, true)
+    }
+
+    /// Every call multiplexed, even a lone one (for tests of the multiplexed path).
+    pub fn multiplexed_only(peers: HashMap<NodeId, SocketAddr>, timeout: Duration) -> Arc<Self> {
+        Self::build(peers, timeout, false)
+    }
+
+    fn build(peers: HashMap<NodeId, SocketAddr>, timeout: Duration, lone_plain: bool) -> Arc<Self> {
+        Arc::new(MuxTransport {
+            plain: TcpTransport::new(peers.clone(), timeout),
+            peers: Mutex::new(peers),
+            conns: Mutex::default(),
+            timeout,
+            lone_plain,
+        })
+    }
+
+    /// The live connection to `to` at its current address, opened if there is none.
+    async fn conn(&self, to: NodeId) -> Result<Arc<Conn>, NetError> {
+        let addr = self.peers.lock().expect("not poisoned").get(&to).copied();
+        let addr = addr.ok_or(NetError::Unreachable(to))?;
+        let slot = self.conns.lock().expect("not poisoned").entry(to).or_default().clone();
+        let mut slot = slot.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_dead() && c.addr == addr) {
+            return Ok(c.clone());
+        }
+        *slot = None;
+        let c = Conn::open(addr, self.timeout).await.ok_or(NetError::Unreachable(to))?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn call(&self, from: NodeId, to: NodeId, msg: Message) -> Result<Reply, NetError> {
+        let conn = self.conn(to).await?;
+        let alone = conn.calls.fetch_add(1, Ordering::AcqRel) == 0;
+        let _call = Leaving(&conn.calls);
+        if alone && self.lone_plain {
+            // Nothing to share a write or a wake-up with: a plain exchange is one task on
+            // each side, where the multiplexed path hands off to the writer and from the
+            // reader (docs/cluster.md section 3).
+            return self.plain.send(from, to, msg).await;
+        }
+        let bytes = codec::encode(&Request { from, msg }).map_err(|_| NetError::Unreachable(to))?;
+        let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        conn.pending.lock().expect("not poisoned").insert(id, tx);
+        if !conn.out.push(id, &bytes) {
+            conn.pending.lock().expect("not poisoned").remove(&id);
+            return Err(NetError::Unreachable(to));
+        }
+        let body = match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(body)) => body,
+            _ => {
+                conn.pending.lock().expect("not poisoned").remove(&id);
+                return Err(NetError::Timeout(to));
+            }
+        };
+        codec::decode(&body).map_err(|_| NetError::Timeout(to))
+    }
+}
+
+impl Transport for MuxTransport {
+    fn send(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        msg: Message,
+    ) -> BoxFuture<'_, Result<Reply, NetError>> {
+        if is_bulk(&msg) {
+            return self.plain.send(from, to, msg);
+        }
+        Box::pin(self.call(from, to, msg))
+    }
+
+    fn learn(&self, id: NodeId, addr: &str) {
+        self.plain.learn(id, addr);
+        // A changed address: the next call opens a connection to the new one (`conn`).
+        if let Ok(addr) = addr.parse::<SocketAddr>() {
+            self.peers.lock().expect("not poisoned").insert(id, addr);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
