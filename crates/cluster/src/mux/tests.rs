@@ -126,3 +126,17 @@ async fn no_answer_is_a_timeout() {
     assert_eq!(t.send(9, 1, get(b"x")).await.unwrap_err(), NetError::Timeout(1));
     server.abort();
 }
+
+/// The worked frame of docs/cluster.md section 3: the known-answer request of `tcp.rs`
+/// (from node 2, put `k` = `v` in group 7 at epoch `{ 1, 300 }`) sent with id 5.
+#[test]
+fn a_frame_encodes_as_the_docs_say() {
+    let op = ClientOp::Put(b"k".to_vec(), b"v".to_vec());
+    let msg =
+        Message::Client(ClientRequest { group: 7, epoch: Epoch { conf_ver: 1, version: 300 }, op });
+    let body = codec::encode(&Request { from: 2, msg }).unwrap();
+    let mut out = vec![];
+    assert!(push_tagged(&mut out, 5, &body));
+    assert_eq!(hex::encode(&out), "130000000500000000000000".to_owned() + "02010701ac0201016b0176");
+    assert_eq!(hex::encode(HELLO), "62764d58");
+}
