@@ -12,9 +12,9 @@
 //! Costs, the reason for it: a writer task puts every frame queued since its last write into
 //! one `write`, and one `recv` brings in every reply (or, on the node, every request) that
 //! arrived meanwhile, so under load the system calls and wake-ups of a connection are
-//! shared by the requests in flight on it. On the node, each request is handled in a task
-//! of its own (one slow request, a write waiting for its Raft round, holds up no other);
-//! replies are coalesced the same way.
+//! shared by the requests in flight on it. On the node, one task serves the connection: it
+//! runs every request that arrived together (one slow request, a write waiting for its Raft
+//! round, holds up no other) and writes every reply ready by then in one `write`.
 //!
 //! A call that finds no other call to the same node under way goes as a plain exchange
 //! (over the pooled connections of [`TcpTransport`]): alone, it has nothing to share, and
