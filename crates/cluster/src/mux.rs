@@ -48,6 +48,16 @@ use crate::types::NodeId;
 /// [`MAX_FRAME`], so no plain connection starts with it).
 pub const HELLO: [u8; 4] = *b"bvMX";
 
+/// The length a tagged frame's first 4 bytes give: refused below 8 (an id) or over
+/// [`MAX_FRAME`], before anything is allocated for it.
+fn tagged_len(head: [u8; 4]) -> std::io::Result<usize> {
+    let len = u32::from_le_bytes(head) as usize;
+    if !(8..=MAX_FRAME).contains(&len) {
+        return Err(std::io::Error::other(format!("tagged frame of {len} bytes")));
+    }
+    Ok(len)
+}
+
 /// Reads one multiplexed frame: `(id, body)`, or `None` at a clean end of stream. A length
 /// below 8 or over [`MAX_FRAME`] is refused before anything is allocated.
 pub async fn read_tagged<S: AsyncRead + Unpin>(
@@ -59,10 +69,7 @@ pub async fn read_tagged<S: AsyncRead + Unpin>(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let len = u32::from_le_bytes(head) as usize;
-    if !(8..=MAX_FRAME).contains(&len) {
-        return Err(std::io::Error::other(format!("tagged frame of {len} bytes")));
-    }
+    let len = tagged_len(head)?;
     let mut id = [0u8; 8];
     s.read_exact(&mut id).await?;
     let mut body = vec![0u8; len - 8];
@@ -143,10 +150,7 @@ impl Outbox {
 /// arrives).
 pub fn take_tagged(buf: &[u8]) -> std::io::Result<Option<(u64, &[u8], usize)>> {
     let Some(head) = buf.first_chunk::<4>() else { return Ok(None) };
-    let len = u32::from_le_bytes(*head) as usize;
-    if !(8..=MAX_FRAME).contains(&len) {
-        return Err(std::io::Error::other(format!("tagged frame of {len} bytes")));
-    }
+    let len = tagged_len(*head)?;
     let Some(frame) = buf.get(4..4 + len) else { return Ok(None) };
     let (id, body) = frame.split_at(8);
     Ok(Some((u64::from_le_bytes(id.try_into().expect("8 bytes")), body, 4 + len)))

@@ -58,14 +58,7 @@ pub fn merge(name: &str, parts: &[PhaseResult]) -> PhaseResult {
         m.client.not_leader += p.client.not_leader;
         m.client.directory_lookups += p.client.directory_lookups;
         for (id, n) in nodes.iter_mut() {
-            let add = &p.nodes[id];
-            n.cpu_s += add.cpu_s;
-            for (class, c) in &add.classes {
-                let e = n.classes.entry(class.clone()).or_default();
-                e.rpcs += c.rpcs;
-                e.bytes_in += c.bytes_in;
-                e.bytes_out += c.bytes_out;
-            }
+            n.add(&p.nodes[id]);
         }
     }
     m.nodes = nodes;

@@ -48,15 +48,29 @@ pub struct NodeStats {
     pub classes: BTreeMap<String, Count>,
 }
 
+impl Count {
+    pub fn add(&mut self, o: &Count) {
+        self.rpcs += o.rpcs;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+    }
+}
+
 impl NodeStats {
     pub fn total(&self) -> Count {
         let mut t = Count::default();
         for c in self.classes.values() {
-            t.rpcs += c.rpcs;
-            t.bytes_in += c.bytes_in;
-            t.bytes_out += c.bytes_out;
+            t.add(c);
         }
         t
+    }
+
+    /// Adds `o`'s CPU time and counters to these, class by class.
+    pub fn add(&mut self, o: &NodeStats) {
+        self.cpu_s += o.cpu_s;
+        for (class, c) in &o.classes {
+            self.classes.entry(class.clone()).or_default().add(c);
+        }
     }
 
     /// `self - earlier`, class by class.
