@@ -149,10 +149,8 @@ impl ServeHook for Counting {
 
     fn after(&self, (class, wire_in): Self::Tag, wire_out: usize) {
         let mut c = self.0.lock().expect("not poisoned");
-        let e = c.entry(class).or_default();
-        e.rpcs += 1;
-        e.bytes_in += wire_in as u64;
-        e.bytes_out += wire_out as u64;
+        let one = Count { rpcs: 1, bytes_in: wire_in as u64, bytes_out: wire_out as u64 };
+        c.entry(class).or_default().add(&one);
     }
 }
 
