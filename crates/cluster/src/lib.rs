@@ -36,6 +36,7 @@ pub mod directory;
 pub mod fetch;
 pub mod history;
 pub mod lease;
+pub mod limits;
 pub mod lincheck;
 pub mod liveness;
 pub mod load;

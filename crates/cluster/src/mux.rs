@@ -37,11 +37,12 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
 use crate::codec;
+use crate::limits::POOL_IDLE;
 use crate::msg::{BoxFuture, Message, NetError, Reply, Transport};
-use crate::node::Node;
-use crate::tcp::{answer, is_bulk, Request, ServeHook, TcpTransport, MAX_FRAME};
+use crate::tcp::{is_bulk, Request, TcpTransport, MAX_FRAME};
 use crate::types::NodeId;
 
 /// The first 4 bytes of a multiplexed connection (as a little-endian length it is over
@@ -145,86 +146,6 @@ impl Outbox {
     }
 }
 
-/// The first whole tagged frame of `buf`: `(id, body, bytes taken)`; `Ok(None)` if `buf`
-/// holds no whole frame yet; an error for a length out of bounds (refused before its body
-/// arrives).
-pub fn take_tagged(buf: &[u8]) -> std::io::Result<Option<(u64, &[u8], usize)>> {
-    let Some(head) = buf.first_chunk::<4>() else { return Ok(None) };
-    let len = tagged_len(*head)?;
-    let Some(frame) = buf.get(4..4 + len) else { return Ok(None) };
-    let (id, body) = frame.split_at(8);
-    Ok(Some((u64::from_le_bytes(id.try_into().expect("8 bytes")), body, 4 + len)))
-}
-
-/// Requests a node runs at once for one multiplexed connection; past it, it reads no more
-/// from that connection until some finish (what a client can make a node hold is bounded:
-/// this many requests, and the bytes of one frame beyond them).
-pub const MAX_IN_FLIGHT: usize = 4096;
-
-/// Serves one multiplexed connection (after its [`HELLO`]) until it ends or the node
-/// stops. One task does it all: it reads whatever requests arrived, starts each, polls
-/// them together (a search finishes at once; a write waits for its Raft round without
-/// holding up the others), and writes every reply ready by then in one `write`; no task
-/// is spawned and no hand-off made per request.
-pub(crate) async fn serve<H: ServeHook>(
-    node: Arc<Node>,
-    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    mut w: OwnedWriteHalf,
-    hook: Arc<H>,
-) {
-    use futures::stream::{FuturesUnordered, StreamExt};
-    use futures::FutureExt;
-    // What the buffered reader already holds (read with the hello) comes first.
-    let mut inbuf = r.buffer().to_vec();
-    let mut r = r.into_inner();
-    let mut running = FuturesUnordered::new();
-    let mut out = Vec::new();
-    let (node, hook) = (&*node, &*hook);
-    loop {
-        let mut taken = 0;
-        while running.len() < MAX_IN_FLIGHT {
-            match take_tagged(&inbuf[taken..]) {
-                Ok(Some((id, body, n))) => {
-                    let frame = body.to_vec();
-                    running.push(async move { (id, answer(node, hook, &frame, 12).await) }.boxed());
-                    taken += n;
-                }
-                Ok(None) => break,
-                Err(_) => return,
-            }
-        }
-        inbuf.drain(..taken);
-        while let Some(Some((id, reply))) = running.next().now_or_never() {
-            let Some(bytes) = reply else { return };
-            if !push_tagged(&mut out, id, &bytes) {
-                return;
-            }
-        }
-        if !out.is_empty() {
-            if w.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
-        }
-        inbuf.reserve(64 << 10);
-        let room = running.len() < MAX_IN_FLIGHT && inbuf.len() < 4 + 12 + MAX_FRAME;
-        tokio::select! {
-            n = r.read_buf(&mut inbuf), if room => {
-                if !matches!(n, Ok(n) if n > 0) {
-                    return;
-                }
-            }
-            Some((id, reply)) = running.next(), if !running.is_empty() => {
-                let Some(bytes) = reply else { return };
-                if !push_tagged(&mut out, id, &bytes) {
-                    return;
-                }
-            }
-            else => return,
-        }
-    }
-}
-
 type Pending = Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>;
 
 /// Where a node's connection lives (opened under its lock).
@@ -238,6 +159,11 @@ struct Conn {
     next_id: AtomicU64,
     /// Calls to this node under way (plain or multiplexed).
     calls: AtomicUsize,
+    /// Milliseconds from `opened` to the last call's start, and 1 + those to the last
+    /// reply's arrival (0: none yet).
+    opened: Instant,
+    last_call: AtomicU64,
+    last_reply: AtomicU64,
     tasks: [AbortHandle; 2],
 }
 
@@ -256,33 +182,53 @@ impl Conn {
         let _ = s.set_nodelay(true);
         let (r, w) = s.into_split();
         let out = Outbox::new(HELLO.to_vec());
-        let pending: Arc<Pending> = Arc::default();
         let writer = tokio::spawn(out.clone().write_all(w)).abort_handle();
-        let reader = tokio::spawn(Self::read_all(BufReader::new(r), out.clone(), pending.clone()));
-        let tasks = [writer, reader.abort_handle()];
         let (next_id, calls) = (AtomicU64::new(1), AtomicUsize::new(0));
-        Some(Arc::new(Conn { addr, out, pending, next_id, calls, tasks }))
+        let (opened, last_call, last_reply) =
+            (Instant::now(), AtomicU64::new(0), AtomicU64::new(0));
+        Some(Arc::new_cyclic(|me: &std::sync::Weak<Conn>| {
+            let reader = tokio::spawn(Self::read_all(BufReader::new(r), me.clone()));
+            let tasks = [writer, reader.abort_handle()];
+            let pending = Arc::default();
+            Conn { addr, out, pending, next_id, calls, opened, last_call, last_reply, tasks }
+        }))
     }
 
     /// The reader task: hands each reply to its caller; at the end, fails every caller
-    /// still waiting (their senders dropped).
-    async fn read_all(
-        mut r: BufReader<tokio::net::tcp::OwnedReadHalf>,
-        out: Arc<Outbox>,
-        pending: Arc<Pending>,
-    ) {
+    /// still waiting.
+    async fn read_all(mut r: BufReader<tokio::net::tcp::OwnedReadHalf>, me: std::sync::Weak<Conn>) {
         while let Ok(Some((id, body))) = read_tagged(&mut r).await {
-            let waiter = pending.lock().expect("not poisoned").remove(&id);
+            let Some(conn) = me.upgrade() else { return };
+            conn.last_reply.store(conn.now() + 1, Ordering::Release);
+            let waiter = conn.pending.lock().expect("not poisoned").remove(&id);
             if let Some(tx) = waiter {
                 let _ = tx.send(body);
             }
         }
-        out.close();
-        pending.lock().expect("not poisoned").clear();
+        if let Some(conn) = me.upgrade() {
+            conn.fail();
+        }
     }
 
-    fn is_dead(&self) -> bool {
-        self.out.dead.load(Ordering::Acquire)
+    /// Milliseconds since the connection opened.
+    fn now(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    /// Marks the connection broken and fails every caller still waiting (their senders
+    /// dropped); the next call opens a new one.
+    fn fail(&self) {
+        self.out.close();
+        self.pending.lock().expect("not poisoned").clear();
+    }
+
+    /// Whether a call may use this connection to `addr`: not broken, and used within
+    /// [`POOL_IDLE`] (a node closes a connection idle for longer, [`crate::limits::ConnLimits::idle`]).
+    fn fit_for(&self, addr: SocketAddr) -> bool {
+        let idle = self.now().saturating_sub(self.last_call.load(Ordering::Acquire));
+        !self.out.dead.load(Ordering::Acquire)
+            && self.addr == addr
+            && idle < POOL_IDLE.as_millis() as u64
     }
 }
 
@@ -332,12 +278,14 @@ impl MuxTransport {
         let addr = addr.ok_or(NetError::Unreachable(to))?;
         let slot = self.conns.lock().expect("not poisoned").entry(to).or_default().clone();
         let mut slot = slot.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_dead() && c.addr == addr) {
+        if let Some(c) = slot.as_ref().filter(|c| c.fit_for(addr)) {
+            c.last_call.store(c.now(), Ordering::Release);
             return Ok(c.clone());
         }
         *slot = None;
         let c = Conn::open(addr, self.timeout).await.ok_or(NetError::Unreachable(to))?;
         *slot = Some(c.clone());
+        c.last_call.store(c.now(), Ordering::Release);
         Ok(c)
     }
 
@@ -359,10 +307,17 @@ impl MuxTransport {
             conn.pending.lock().expect("not poisoned").remove(&id);
             return Err(NetError::Unreachable(to));
         }
+        let started = conn.now();
         let body = match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(body)) => body,
             _ => {
                 conn.pending.lock().expect("not poisoned").remove(&id);
+                if conn.last_reply.load(Ordering::Acquire) <= started {
+                    // Not one reply came in the whole wait: the connection is wedged (the
+                    // node's host gone without a reset, or a reply stalled half-way). A
+                    // timed-out plain connection is dropped too; so is this one.
+                    conn.fail();
+                }
                 return Err(NetError::Timeout(to));
             }
         };
@@ -392,5 +347,9 @@ impl Transport for MuxTransport {
     }
 }
 
+mod node;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use node::serve;
+pub use node::{take_tagged, MAX_IN_FLIGHT};

@@ -16,10 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 
 use crate::codec;
+use crate::limits::{by, ConnLimits, POOL_IDLE};
 use crate::msg::{BoxFuture, ClientOp, Message, NetError, RaftRpc, Reply, Transport};
 use crate::node::Node;
 use crate::types::NodeId;
@@ -91,17 +93,37 @@ impl ServeHook for () {
 }
 
 /// Serves `node` on `listener` until the task is dropped: plain connections (one
-/// exchange at a time) and multiplexed ones (they open with [`crate::mux::HELLO`]).
+/// exchange at a time) and multiplexed ones (they open with [`crate::mux::HELLO`]), under
+/// the default [`ConnLimits`].
 pub async fn serve(node: Arc<Node>, listener: TcpListener) {
-    serve_with(node, listener, Arc::new(())).await
+    serve_with(node, listener, Arc::new(()), ConnLimits::default()).await
 }
 
-/// [`serve`], with a hook.
-pub async fn serve_with<H: ServeHook>(node: Arc<Node>, listener: TcpListener, hook: Arc<H>) {
+/// [`serve`], with a hook and limits.
+pub async fn serve_with<H: ServeHook>(
+    node: Arc<Node>,
+    listener: TcpListener,
+    hook: Arc<H>,
+    limits: ConnLimits,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_conns));
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // Out of file descriptors, most likely: wait for some to close, not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Past the limit the connection is closed at once (dropped).
+        let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_conn(node.clone(), stream, hook.clone()));
+        let (node, hook) = (node.clone(), hook.clone());
+        tokio::spawn(async move {
+            serve_conn(node, stream, hook, limits).await;
+            drop(slot);
+        });
     }
 }
 
@@ -123,30 +145,52 @@ pub(crate) async fn answer<H: ServeHook>(
     Some(bytes)
 }
 
-async fn serve_conn<H: ServeHook>(node: Arc<Node>, stream: TcpStream, hook: Arc<H>) {
+async fn serve_conn<H: ServeHook>(
+    node: Arc<Node>,
+    stream: TcpStream,
+    hook: Arc<H>,
+    limits: ConnLimits,
+) {
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);
-    let mut first = [0u8; 4];
-    if r.read_exact(&mut first).await.is_err() {
-        return;
-    }
-    if first == crate::mux::HELLO {
-        return crate::mux::serve(node, r, w, hook).await;
-    }
-    let mut frame = read_body(&mut r, first).await.ok();
-    while let Some(f) = frame {
+    let mut first = true;
+    while let Some((head, begun)) = next_head(&mut r, &limits).await {
+        if std::mem::take(&mut first) && head == crate::mux::HELLO {
+            return crate::mux::serve(node, r, w, hook, limits).await;
+        }
+        let len = u32::from_le_bytes(head) as usize;
+        let Ok(f) = by(begun + limits.frame_time(len), read_body(&mut r, head)).await else {
+            return;
+        };
         let bytes = match hook.query(&f) {
             Some(b) => b,
             None => match answer(&node, &*hook, &f, 4).await {
                 Some(b) => b,
-                None => break,
+                None => return,
             },
         };
-        if write_frame(&mut w, &bytes).await.is_err() {
-            break;
+        let taken = Instant::now() + limits.frame_time(bytes.len());
+        if by(taken, write_frame(&mut w, &bytes)).await.is_err() {
+            return;
         }
-        frame = read_frame(&mut r).await.ok().flatten();
     }
+}
+
+/// The 4 length bytes of the next frame, and when its first byte was there: waits at most
+/// `limits.idle` for a first byte, then [`ConnLimits::frame_base`] for the other three;
+/// `None` at the end of the stream, on an error or past a bound.
+async fn next_head<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    limits: &ConnLimits,
+) -> Option<([u8; 4], Instant)> {
+    let there = by(Instant::now() + limits.idle, r.fill_buf()).await.ok()?.len();
+    if there == 0 {
+        return None;
+    }
+    let begun = Instant::now();
+    let mut head = [0u8; 4];
+    by(begun + limits.frame_base, r.read_exact(&mut head)).await.ok()?;
+    Some((head, begun))
 }
 
 /// How long a `Move` request may take (it waits for a snapshot transfer and three
@@ -160,11 +204,25 @@ pub(crate) fn is_bulk(msg: &Message) -> bool {
         || matches!(msg, Message::Raft { rpc, .. } if matches!(**rpc, RaftRpc::Snapshot(_)))
 }
 
+/// A connection to reuse, and when it was last used.
+type Pooled = (BufReader<TcpStream>, Instant);
+
 /// A TCP transport to a set of peers, which grows as addresses are learned.
 pub struct TcpTransport {
     peers: Mutex<HashMap<NodeId, SocketAddr>>,
-    pool: Mutex<HashMap<NodeId, Vec<BufReader<TcpStream>>>>,
+    pool: Mutex<HashMap<NodeId, Vec<Pooled>>>,
     timeout: Duration,
+}
+
+/// Whether a pooled connection is still open: it holds no unread byte, and the node has
+/// not closed it (a non-blocking peek at the socket itself, not at tokio's cached readiness,
+/// which may not have seen the node's close yet). A call on a connection the node closed
+/// would fail as `Timeout` though nothing was delivered.
+fn still_open(s: &BufReader<TcpStream>) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    s.buffer().is_empty()
+        && matches!(socket2::SockRef::from(s.get_ref()).peek(&mut byte),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 impl TcpTransport {
@@ -177,8 +235,7 @@ impl TcpTransport {
         let addr = addr.ok_or(NetError::Unreachable(to))?;
         // A snapshot offer is answered once the receiver fetched every chunk.
         let timeout = if is_bulk(&msg) { MOVE_TIMEOUT } else { self.timeout };
-        let pooled = self.pool.lock().expect("not poisoned").get_mut(&to).and_then(Vec::pop);
-        let mut stream = match pooled {
+        let mut stream = match self.pooled(to) {
             Some(s) => s,
             None => {
                 let s = tokio::time::timeout(self.timeout, TcpStream::connect(addr)).await;
@@ -199,8 +256,24 @@ impl TcpTransport {
             _ => return Err(NetError::Timeout(to)),
         };
         let reply = codec::decode(&frame).map_err(|_| NetError::Timeout(to))?;
-        self.pool.lock().expect("not poisoned").entry(to).or_default().push(stream);
+        let mut pool = self.pool.lock().expect("not poisoned");
+        let list = pool.entry(to).or_default();
+        list.retain(|(_, used)| used.elapsed() < POOL_IDLE);
+        list.push((stream, Instant::now()));
         Ok(reply)
+    }
+
+    /// The most recently used pooled connection to `to` that is still fit to use: used
+    /// within [`POOL_IDLE`] (a node closes idle ones) and still open ([`still_open`]).
+    fn pooled(&self, to: NodeId) -> Option<BufReader<TcpStream>> {
+        let mut pool = self.pool.lock().expect("not poisoned");
+        let list = pool.get_mut(&to)?;
+        while let Some((s, used)) = list.pop() {
+            if used.elapsed() < POOL_IDLE && still_open(&s) {
+                return Some(s);
+            }
+        }
+        None
     }
 }
 

@@ -84,6 +84,9 @@ pub struct Results {
     pub lincheck: Option<serde_json::Value>,
     pub lincheck_exit: Option<i32>,
     pub errors: Vec<String>,
+    /// The `one_partition` setting's slices (its rows are in `sweep` too).
+    #[serde(skip)]
+    pub one_partition: Option<crate::isolated::Rounds>,
 }
 
 const WORKLOADS: [Workload; 4] =

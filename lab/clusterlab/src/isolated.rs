@@ -26,7 +26,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::cluster::LabCluster;
-use crate::experiments::{background, config, phase, rows, Results};
+use crate::experiments::{background, config, phase, rows, Background, Results, SweepRow};
 use crate::load::{PhaseResult, PhaseSpec, Spec, Workload};
 use crate::setup::Setup;
 use crate::wire::NodeStats;
@@ -90,19 +90,20 @@ pub async fn side_by_side(
     }
     let rounds = ps.iter().copied().max().unwrap_or(1);
     let (slice, warm) = if s.quick { (0.5, 0.2) } else { (2.0, 0.3) };
-    let wl = [Workload::Search, Workload::Update];
-    // Per cluster: warm-up, then (latency, throughput) per workload, as the sweep's rows.
-    let mut laid: Vec<Vec<PhaseResult>> = vec![vec![PhaseResult::default()]; ps.len()];
+    let wl = vec![Workload::Search, Workload::Update];
+    let mut kept =
+        Rounds { ps: ps.to_vec(), workloads: wl.clone(), backgrounds: bgs, ..Rounds::default() };
+    kept.latency = vec![vec![]; ps.len()];
     for (wi, &w) in wl.iter().enumerate() {
-        let mut parts: Vec<Vec<PhaseResult>> = vec![vec![]; ps.len()];
         for (k, c) in clusters.iter().enumerate() {
             let lat = vec![
                 phase("warmup".into(), w, 1, warm),
                 phase("latency".into(), w, 1, s.latency_s),
             ];
             let res = c.load(&spec(s, c, lat, 700 + k as u64)).await?;
-            laid[k].push(res.phases.get(1).cloned().unwrap_or_default());
+            kept.latency[k].push(res.phases.get(1).cloned().unwrap_or_default());
         }
+        let mut slices: Vec<Vec<PhaseResult>> = vec![vec![]; ps.len()];
         for round in 0..rounds {
             let mut order: Vec<usize> = (0..ps.len()).collect();
             if round % 2 == 1 {
@@ -123,17 +124,64 @@ pub async fn side_by_side(
                 ];
                 let seed = 800 + 100 * wi as u64 + 10 * round + k as u64;
                 let res = c.load(&spec(s, c, phases, seed)).await?;
-                parts[k].extend(res.phases.get(1).cloned());
+                // A slice lost is lost from every cluster, so the rounds stay paired.
+                slices[k].push(res.phases.get(1).cloned().unwrap_or_default());
             }
         }
-        for (k, p) in parts.iter().enumerate() {
-            laid[k].push(merge(&format!("{w:?}-throughput"), p));
-        }
+        kept.slices.push(slices);
     }
-    for (k, &p) in ps.iter().enumerate() {
-        r.sweep.extend(rows(p, (true, "one_partition"), &wl, &laid[k], &bgs[k]));
-    }
+    r.sweep.extend(kept.rows(&(0..kept.rounds()).collect::<Vec<_>>()));
+    r.one_partition = Some(kept);
     Ok(())
+}
+
+/// What the `one_partition` setting measured, slice by slice, so that its figures can be
+/// given with an interval (the report resamples the rounds: [`Rounds::rows`]).
+#[derive(Clone, Debug, Default)]
+pub struct Rounds {
+    pub ps: Vec<u64>,
+    pub workloads: Vec<Workload>,
+    /// Per cluster, per workload: the single-client phase.
+    pub latency: Vec<Vec<PhaseResult>>,
+    /// Per workload, per cluster, per round: the throughput slice (round `k` of every
+    /// cluster ran next to each other in time).
+    pub slices: Vec<Vec<Vec<PhaseResult>>>,
+    /// Per cluster: the idle background.
+    pub backgrounds: Vec<Background>,
+}
+
+impl Rounds {
+    pub fn rounds(&self) -> usize {
+        self.slices.iter().flatten().map(Vec::len).min().unwrap_or(0)
+    }
+
+    /// Whether round `i` of workload `wi` was measured on every cluster (a round lost on
+    /// one is left out on all, so the rounds stay paired).
+    fn whole(&self, wi: usize, i: usize) -> bool {
+        self.slices[wi].iter().all(|c| c.get(i).is_some_and(|s| !s.nodes.is_empty()))
+    }
+
+    /// The sweep rows of the rounds `pick` (a round may be picked more than once, the same
+    /// rounds on every cluster): each throughput row the slices of those rounds merged.
+    pub fn rows(&self, pick: &[usize]) -> Vec<SweepRow> {
+        let mut out = vec![];
+        for (k, &p) in self.ps.iter().enumerate() {
+            let mut laid = vec![PhaseResult::default()];
+            for (wi, w) in self.workloads.iter().enumerate() {
+                laid.push(self.latency[k].get(wi).cloned().unwrap_or_default());
+                let slices = &self.slices[wi][k];
+                let parts: Vec<PhaseResult> = pick
+                    .iter()
+                    .filter(|&&i| self.whole(wi, i))
+                    .filter_map(|&i| slices.get(i).cloned())
+                    .collect();
+                laid.push(merge(&format!("{w:?}-throughput"), &parts));
+            }
+            let bg = self.backgrounds.get(k).cloned().unwrap_or_default();
+            out.extend(rows(p, (true, "one_partition"), &self.workloads, &laid, &bg));
+        }
+        out
+    }
 }
 
 fn spec(s: &Setup, c: &LabCluster, phases: Vec<PhaseSpec>, seed: u64) -> Spec {

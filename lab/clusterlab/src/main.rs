@@ -17,6 +17,7 @@ mod cluster;
 mod csv;
 mod entrycost;
 mod experiments;
+mod interval;
 mod isolated;
 mod keys;
 mod load;

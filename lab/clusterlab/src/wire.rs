@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use bavl_cluster::limits::ConnLimits;
 use bavl_cluster::msg::{ClientOp, Message, RaftRpc};
 use bavl_cluster::node::Node;
 use bavl_cluster::tcp::{read_frame, serve_with, write_frame, ServeHook};
@@ -157,7 +158,7 @@ impl ServeHook for Counting {
 /// Serves `node` on `listener` as `bavl_cluster::tcp::serve` does (plain and multiplexed
 /// connections), counting every message.
 pub async fn serve_counted(node: Arc<Node>, listener: TcpListener) {
-    serve_with(node, listener, Arc::new(Counting(Counters::default()))).await
+    serve_with(node, listener, Arc::new(Counting(Counters::default())), ConnLimits::default()).await
 }
 
 fn stats_json(counters: &Counters) -> Vec<u8> {

@@ -140,3 +140,55 @@ fn a_frame_encodes_as_the_docs_say() {
     assert_eq!(hex::encode(&out), "130000000500000000000000".to_owned() + "02010701ac0201016b0176");
     assert_eq!(hex::encode(HELLO), "62764d58");
 }
+
+/// A fake node whose first connection wedges (it reads a request, sends 5 bytes of a
+/// reply and then nothing, the connection left open) and whose later ones answer every
+/// request with its key.
+async fn wedging_node() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut wedged = vec![];
+        for n in 0.. {
+            let (s, _) = l.accept().await.unwrap();
+            let (r, mut w) = s.into_split();
+            let mut r = BufReader::new(r);
+            let mut hello = [0u8; 4];
+            r.read_exact(&mut hello).await.unwrap();
+            if n == 0 {
+                let _ = read_tagged(&mut r).await.unwrap().unwrap();
+                w.write_all(&[40, 0, 0, 0, 1]).await.unwrap();
+                wedged.push((r, w));
+                continue;
+            }
+            tokio::spawn(async move {
+                while let Ok(Some((id, body))) = read_tagged(&mut r).await {
+                    let req: Request = codec::decode(&body).unwrap();
+                    let Message::Client(ClientRequest { op: ClientOp::Get(k), .. }) = req.msg
+                    else {
+                        panic!("not a get")
+                    };
+                    let reply = codec::encode(&Reply::Client(ClientReply::Value(Some(k)))).unwrap();
+                    let mut out = vec![];
+                    assert!(push_tagged(&mut out, id, &reply));
+                    w.write_all(&out).await.unwrap();
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// A connection on which no reply came during a caller's whole wait is given up: the next
+/// call opens another (a connection whose node's host vanished without a reset, or whose
+/// reply stalled half-way, would otherwise time out every call sent on it, for good).
+#[tokio::test]
+async fn a_connection_that_answers_nothing_for_a_whole_wait_is_replaced() {
+    let (addr, server) = wedging_node().await;
+    let t = MuxTransport::multiplexed_only(HashMap::from([(1, addr)]), Duration::from_millis(300));
+    assert_eq!(t.send(9, 1, get(b"x")).await.unwrap_err(), NetError::Timeout(1));
+    for k in [&b"y"[..], b"z"] {
+        assert_eq!(value(t.send(9, 1, get(k)).await.unwrap()), k);
+    }
+    server.abort();
+}
