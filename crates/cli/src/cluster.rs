@@ -51,6 +51,9 @@ enum ClusterCmd {
     /// Mark a node as draining: the rebalancer moves every range replica away from it.
     #[command(disable_help_flag = true)]
     Drain(Pass),
+    /// Forget a drained node that no range names any more.
+    #[command(disable_help_flag = true)]
+    RemoveNode(Pass),
     /// A local cluster loaded with keys, splitting, a node killed and restarted.
     #[command(disable_help_flag = true)]
     Demo(Pass),
@@ -72,6 +75,7 @@ pub fn run(a: &ClusterArgs) -> anyhow::Result<ExitCode> {
         ClusterCmd::Status(p) => ("status", p),
         ClusterCmd::AddNode(p) => ("add-node", p),
         ClusterCmd::Drain(p) => ("drain", p),
+        ClusterCmd::RemoveNode(p) => ("remove-node", p),
         ClusterCmd::Demo(p) => ("demo", p),
     };
     let exe = locate()?;
@@ -105,5 +109,46 @@ fn locate() -> anyhow::Result<PathBuf> {
             "{name} not found next to bavl or on PATH (build it with `cargo build -p \
              bavl-cluster`, or set BAVL_CLUSTER_BIN)"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// `AddNode` → `add-node`, as clap names a variant's command.
+    fn kebab(name: &str) -> String {
+        let mut out = String::new();
+        for (i, c) in name.chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                out.push('-');
+            }
+            out.push(c.to_ascii_lowercase());
+        }
+        out
+    }
+
+    /// The commands listed here are exactly `bavl-cluster`'s, read from its source (the
+    /// variants of its `enum Cmd`): this test keeps the two lists in step.
+    #[test]
+    fn the_commands_listed_are_bavl_clusters() {
+        use clap::Subcommand;
+        let ours: BTreeSet<String> = ClusterCmd::augment_subcommands(clap::Command::new("c"))
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        let src = include_str!("../../cluster/src/bin/bavl-cluster/cli.rs");
+        let body = src.split("enum Cmd {").nth(1).expect("enum Cmd").split("\n}\n").next();
+        let theirs: BTreeSet<String> = body
+            .expect("its end")
+            .lines()
+            .filter_map(|l| l.strip_prefix("    "))
+            .filter(|t| t.starts_with(|c: char| c.is_ascii_uppercase()))
+            .map(|t| kebab(&t.chars().take_while(|c| c.is_alphanumeric()).collect::<String>()))
+            .collect();
+        assert!(theirs.len() >= 8, "{theirs:?}");
+        assert_eq!(ours, theirs);
+        assert_eq!(kebab("RemoveNode"), "remove-node");
     }
 }

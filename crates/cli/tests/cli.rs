@@ -28,7 +28,7 @@ fn cluster_help_lists_the_cluster_commands() {
     let out = bavl(&["cluster", "--help"]);
     assert!(out.status.success());
     let text = stdout(&out);
-    for sub in ["node", "local", "client", "status", "add-node", "drain", "demo"] {
+    for sub in ["node", "local", "client", "status", "add-node", "drain", "remove-node", "demo"] {
         assert!(text.contains(&format!("  {sub} ")), "cluster --help lacks {sub}:\n{text}");
     }
     assert!(stdout(&bavl(&["--help"])).contains("cluster"));

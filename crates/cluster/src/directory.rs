@@ -48,6 +48,39 @@ impl RangeState {
         Response::Done
     }
 
+    /// Directory: forgets node `id`, which then receives nothing and is weighed nowhere.
+    /// Refused unless it is registered and draining, is no voter or learner of the
+    /// directory (whose replicas never move) and no range's descriptor names it (its drain
+    /// finished). A replica the node still holds that no descriptor names (a move to it
+    /// under way when it was drained, not yet reported) is moved away by the rebalancer
+    /// once reported: a node the list does not hold counts as leaving (`plan`).
+    pub(crate) fn remove_node(&mut self, id: NodeId) -> Response {
+        let Some(info) = self.node(id) else {
+            return Response::Refused(format!("node {id} is not registered"));
+        };
+        if !info.draining {
+            return Response::Refused(format!("node {id} is not draining: drain it first"));
+        }
+        if self.desc.replicas.contains(&id) || self.desc.learners.contains(&id) {
+            return Response::Refused(format!(
+                "node {id} holds a replica of the directory, which never moves"
+            ));
+        }
+        let named: Vec<_> = self
+            .descriptors()
+            .into_iter()
+            .filter(|d| d.replicas.contains(&id) || d.learners.contains(&id))
+            .map(|d| d.id)
+            .collect();
+        if !named.is_empty() {
+            return Response::Refused(format!(
+                "node {id} still holds replicas of groups {named:?}: its drain has not finished"
+            ));
+        }
+        self.tree.remove(&node_key(id));
+        Response::Done
+    }
+
     /// Directory: one registered node.
     pub fn node(&self, id: NodeId) -> Option<NodeInfo> {
         let value = self.tree.get(&node_key(id)).expect("the directory's tree is resident")?;
@@ -86,7 +119,7 @@ pub fn members(m: &openraft::Membership<NodeId, openraft::BasicNode>) -> [BTreeS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{RangeDesc, DIRECTORY_GROUP};
+    use crate::types::{Command, RangeDesc, DIRECTORY_GROUP};
 
     #[test]
     fn nodes_are_registered_drained_and_listed_in_order() {
@@ -102,6 +135,51 @@ mod tests {
         // The node list does not leak into the descriptors or lookups.
         assert!(d.descriptors().is_empty());
         assert_eq!(d.lookup(b"n"), None);
+    }
+
+    #[test]
+    fn only_a_drained_node_nothing_names_is_forgotten() {
+        let mut d =
+            RangeState::new(RangeDesc::whole(DIRECTORY_GROUP, [1, 2, 3].into()), 8).unwrap();
+        let refused = |r: Response, why: &str| match r {
+            Response::Refused(e) => assert!(e.contains(why), "{e}"),
+            other => panic!("{other:?}, not refused for {why}"),
+        };
+        for id in [1, 2, 3, 4, 5] {
+            d.add_node(&NodeInfo { id, addr: String::new(), draining: false });
+        }
+        refused(d.remove_node(9), "not registered");
+        refused(d.remove_node(4), "not draining");
+        d.drain(3);
+        refused(d.remove_node(3), "directory");
+        // A range on 4 and 5 (5 a learner): neither goes while named.
+        let mut r = RangeDesc::whole(7, [1, 2, 4].into());
+        r.learners = [5].into();
+        r.epoch.conf_ver = 1;
+        d.report(&[r.clone()]);
+        d.drain(4);
+        d.drain(5);
+        refused(d.remove_node(4), "[7]");
+        refused(d.remove_node(5), "[7]");
+        // The drain done (the range reported without them): both are forgotten.
+        r.replicas = [1, 2, 3].into();
+        r.learners.clear();
+        r.epoch.conf_ver = 4;
+        d.report(&[r]);
+        assert_eq!(d.remove_node(4), Response::Done);
+        assert_eq!(d.remove_node(5), Response::Done);
+        assert_eq!(d.nodes().iter().map(|n| n.id).collect::<Vec<_>>(), vec![1, 2, 3]);
+        refused(d.remove_node(4), "not registered");
+    }
+
+    /// The new variants come last in their enums (docs/cluster.md section 3): the encodings
+    /// of every older command and request are unchanged.
+    #[test]
+    fn removal_encodes_as_the_docs_say() {
+        use crate::codec::encode;
+        use crate::msg::ClientOp;
+        assert_eq!(encode(&Command::RemoveNode { id: 5 }).unwrap(), [13, 5]);
+        assert_eq!(encode(&ClientOp::RemoveNode(5)).unwrap(), [20, 5]);
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub enum ClientOp {
     Retire {
         merged: RangeDesc,
     },
+    /// Directory: forget a drained node (refused while anything names it).
+    RemoveNode(NodeId),
 }
 
 impl ClientOp {

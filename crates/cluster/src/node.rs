@@ -327,6 +327,7 @@ async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {
         ClientOp::Heartbeat { .. } => ClientReply::Refused("served by the node".into()),
         ClientOp::AddNode(node) => answer(group.propose(Command::AddNode { node }).await),
         ClientOp::Drain(id) => answer(group.propose(Command::Drain { id }).await),
+        ClientOp::RemoveNode(id) => answer(group.propose(Command::RemoveNode { id }).await),
         ClientOp::Nodes => match group.read_barrier().await {
             Ok(()) => {
                 ClientReply::Nodes(group.sm.shared.lock().expect("not poisoned").state.nodes())

@@ -5,7 +5,8 @@
 //! 1. a range with more voters than the target (a move interrupted after its promotion):
 //!    drop the voter on a draining or dead node, else on the heaviest node (a node not
 //!    heard from yet counts as the heaviest);
-//! 2. a replica on a draining or dead node: move it to the lightest active node lacking one;
+//! 2. a replica on a draining, dead or unregistered node: move it to the lightest active
+//!    node lacking one;
 //! 3. balance by **weight**. A range replica weighs
 //!    `w(r) = 1 + keys(r) / K + load(r) / L`, where `K` is the mean keys of the ranges
 //!    (at least [`KEY_FLOOR`]) and `L` their mean load in operations per second (at least
@@ -84,7 +85,11 @@ pub fn range_weights(
 
 /// The next move, if any (see the module doc).
 pub fn plan(descs: &[RangeDesc], nodes: &[NodeInfo], replicas: usize, view: &View) -> Option<Move> {
-    let out = |n: NodeId| view.dead.contains(&n) || nodes.iter().any(|i| i.id == n && i.draining);
+    // Leaving: dead, draining, or no longer registered (removed while a move to it was
+    // under way, `RangeState::remove_node`).
+    let out = |n: NodeId| {
+        view.dead.contains(&n) || nodes.iter().find(|i| i.id == n).is_none_or(|i| i.draining)
+    };
     let weights = range_weights(descs, &view.stats);
     let mut load: BTreeMap<NodeId, f64> = nodes
         .iter()
@@ -213,6 +218,16 @@ mod tests {
         assert_eq!(second, Move { group: 1, from: 1, to: 4 });
         apply(&mut descs, &second);
         assert_eq!(plan(&descs, &ns, 3, &v), None);
+    }
+
+    /// A node removed from the list while a replica on it was not yet reported (a move to
+    /// it under way when it was drained): once reported, the replica leaves like a
+    /// draining node's.
+    #[test]
+    fn a_replica_on_a_node_no_longer_registered_is_moved_away() {
+        let descs = vec![desc(1, &[1, 2, 5]), desc(2, &[1, 2, 3])];
+        let ns = nodes(&[1, 2, 3, 4], &[]);
+        assert_eq!(plan(&descs, &ns, 3, &View::default()), Some(Move { group: 1, from: 5, to: 4 }));
     }
 
     #[test]

@@ -87,10 +87,14 @@ impl RangeState {
             }
             Command::AddNode { node } if self.is_directory() => (self.add_node(node), None),
             Command::Drain { id } if self.is_directory() => (self.drain(*id), None),
+            Command::RemoveNode { id } if self.is_directory() => (self.remove_node(*id), None),
             _ if self.is_directory() => {
                 (Response::Refused("data command sent to the directory".into()), None)
             }
-            Command::AllocGroupId | Command::AddNode { .. } | Command::Drain { .. } => {
+            Command::AllocGroupId
+            | Command::AddNode { .. }
+            | Command::Drain { .. }
+            | Command::RemoveNode { .. } => {
                 (Response::Refused("directory command sent to a range".into()), None)
             }
             Command::PrepareMerge { epoch, target, target_version } => {
@@ -211,7 +215,7 @@ impl RangeState {
     }
 
     /// Directory: keeps each reported half unless what is held for its start key is newer.
-    fn report(&mut self, descs: &[RangeDesc]) -> Response {
+    pub(crate) fn report(&mut self, descs: &[RangeDesc]) -> Response {
         if !self.is_directory() {
             return Response::Refused("directory command sent to a range".into());
         }

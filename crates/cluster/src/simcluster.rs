@@ -41,20 +41,25 @@ impl SimCluster {
 
     /// Registers node `id` in the directory (through node 1).
     pub async fn add_node(&self, id: NodeId) -> std::io::Result<()> {
-        let node = self.net.node(1).ok_or_else(|| std::io::Error::other("node 1 is down"))?;
         let info = NodeInfo { id, addr: String::new(), draining: false };
-        match node.directory_call(ClientOp::AddNode(info)).await {
-            Some(ClientReply::Done) => Ok(()),
-            other => Err(std::io::Error::other(format!("cannot register node {id}: {other:?}"))),
-        }
+        self.directory_op(ClientOp::AddNode(info), "register", id).await
     }
 
     /// Marks node `id` as draining (through node 1).
     pub async fn drain(&self, id: NodeId) -> std::io::Result<()> {
+        self.directory_op(ClientOp::Drain(id), "drain", id).await
+    }
+
+    /// Removes node `id` from the directory's list (through node 1).
+    pub async fn remove_node(&self, id: NodeId) -> std::io::Result<()> {
+        self.directory_op(ClientOp::RemoveNode(id), "remove", id).await
+    }
+
+    async fn directory_op(&self, op: ClientOp, what: &str, id: NodeId) -> std::io::Result<()> {
         let node = self.net.node(1).ok_or_else(|| std::io::Error::other("node 1 is down"))?;
-        match node.directory_call(ClientOp::Drain(id)).await {
+        match node.directory_call(op).await {
             Some(ClientReply::Done) => Ok(()),
-            other => Err(std::io::Error::other(format!("cannot drain node {id}: {other:?}"))),
+            other => Err(std::io::Error::other(format!("cannot {what} node {id}: {other:?}"))),
         }
     }
 

@@ -147,6 +147,9 @@ pub enum Command {
     /// fence checks), each answered in [`Response::Each`]; any other command inside is
     /// refused on its own.
     Proposals(Vec<Command>),
+    /// Directory only: forget node `id` (see `directory`): refused unless it is registered,
+    /// draining, holds no replica of the directory and no descriptor names it.
+    RemoveNode { id: NodeId },
 }
 
 /// A node as the directory knows it.

@@ -138,6 +138,47 @@ fn the_rebalancer_fills_an_added_node_and_empties_a_drained_one() {
     runtime().block_on(rebalance());
 }
 
+/// A node is removed from the directory's list only once drained, and only if it holds no
+/// replica of the directory; removed, it receives nothing, and the cluster serves on.
+#[test]
+fn a_drained_node_is_removed_and_receives_nothing_after() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SimOptions {
+            nodes: 5,
+            split_keys: 40,
+            rebalance: true,
+            ..SimOptions::new(6, dir.path())
+        };
+        let cluster = SimCluster::start(opts).await.unwrap();
+        write(&cluster, 0..160).await;
+        wait_for(&cluster, "node 5 holds ranges", |c| c.iter().any(|x| x.0 == 5 && x.1 > 0)).await;
+        let refused = |r: std::io::Result<()>, why: &str| {
+            let e = r.expect_err("refused").to_string();
+            assert!(e.contains(why), "{e}");
+        };
+        refused(cluster.remove_node(5).await, "not draining");
+        cluster.drain(2).await.unwrap();
+        refused(cluster.remove_node(2).await, "directory");
+        cluster.add_node(2).await.unwrap(); // back to active (re-adding clears draining)
+        cluster.drain(5).await.unwrap();
+        wait_for(&cluster, "node 5 drained", |c| c.iter().any(|x| x.0 == 5 && x.1 == 0)).await;
+        cluster.converge(Duration::from_secs(20)).await.unwrap();
+        cluster.remove_node(5).await.unwrap();
+        refused(cluster.remove_node(5).await, "not registered");
+        // More keys, more splits: nothing goes to node 5 any more.
+        write(&cluster, 160..260).await;
+        cluster.converge(Duration::from_secs(20)).await.unwrap();
+        let (ranges, problems) = cluster.ranges();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(ranges.iter().all(|d| d.replicas.len() == 3 && !d.replicas.contains(&5)));
+        let on5 = cluster.replica_counts().into_iter().find(|x| x.0 == 5).map_or(0, |x| x.1);
+        assert_eq!(on5, 0, "node 5 was given a replica after its removal");
+        read_back(&cluster, 260).await;
+        cluster.shutdown().await;
+    });
+}
+
 /// A replica deleted after a move and re-created empty by a message of a leader already
 /// deposed must not follow that leader. Before a deleted replica's vote was kept (in its
 /// `tombstone-<id>` marker), the re-created replica had no vote, accepted the stale leader's

@@ -1,4 +1,5 @@
-//! `status`, `add-node` and `drain`: the operator's view and controls of a cluster.
+//! `status`, `add-node`, `drain` and `remove-node`: the operator's view and controls of a
+//! cluster.
 
 use std::net::SocketAddr;
 
@@ -33,6 +34,18 @@ pub async fn drain(peers: &Peers, id: NodeId) -> anyhow::Result<()> {
             Ok(())
         }
         other => bail!("the directory did not drain node {id}: {other:?}"),
+    }
+}
+
+pub async fn remove_node(peers: &Peers, id: NodeId) -> anyhow::Result<()> {
+    let mut c = client(peers)?;
+    match c.directory(ClientOp::RemoveNode(id)).await {
+        Some(ClientReply::Done) => {
+            println!("node {id} removed from the directory; it may be stopped");
+            Ok(())
+        }
+        Some(ClientReply::Refused(why)) => bail!("node {id} not removed: {why}"),
+        other => bail!("the directory did not remove node {id}: {other:?}"),
     }
 }
 

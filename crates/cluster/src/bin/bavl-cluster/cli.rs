@@ -94,6 +94,14 @@ enum Cmd {
         #[arg(long)]
         id: NodeId,
     },
+    /// Forget a drained node: refused until no range names it (its drain finished) and
+    /// for a node holding a replica of the directory. Removed, it receives nothing.
+    RemoveNode {
+        #[command(flatten)]
+        peers: Peers,
+        #[arg(long)]
+        id: NodeId,
+    },
     /// A local cluster loaded with keys, splitting, a node killed and restarted, every
     /// key read back and checked; prints what happened.
     Demo {
@@ -202,6 +210,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status { peers } => admin::status(&peers).await,
         Cmd::AddNode { peers, id, addr } => admin::add_node(&peers, id, addr).await,
         Cmd::Drain { peers, id } => admin::drain(&peers, id).await,
+        Cmd::RemoveNode { peers, id } => admin::remove_node(&peers, id).await,
         Cmd::Demo { dir, nodes, base_port, keys, no_fsync } => {
             demo::run(&dir, nodes, base_port, keys, no_fsync).await
         }
