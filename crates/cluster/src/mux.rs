@@ -160,10 +160,10 @@ struct Conn {
     /// Calls to this node under way (plain or multiplexed).
     calls: AtomicUsize,
     /// Milliseconds from `opened` to the last call's start, and 1 + those to the last
-    /// reply's arrival (0: none yet).
+    /// reply's arrival (0: none yet; written by the reader task).
     opened: Instant,
     last_call: AtomicU64,
-    last_reply: AtomicU64,
+    last_reply: Arc<AtomicU64>,
     tasks: [AbortHandle; 2],
 }
 
@@ -183,43 +183,54 @@ impl Conn {
         let (r, w) = s.into_split();
         let out = Outbox::new(HELLO.to_vec());
         let writer = tokio::spawn(out.clone().write_all(w)).abort_handle();
-        let (next_id, calls) = (AtomicU64::new(1), AtomicUsize::new(0));
-        let (opened, last_call, last_reply) =
-            (Instant::now(), AtomicU64::new(0), AtomicU64::new(0));
-        Some(Arc::new_cyclic(|me: &std::sync::Weak<Conn>| {
-            let reader = tokio::spawn(Self::read_all(BufReader::new(r), me.clone()));
-            let tasks = [writer, reader.abort_handle()];
-            let pending = Arc::default();
-            Conn { addr, out, pending, next_id, calls, opened, last_call, last_reply, tasks }
+        let pending: Arc<Pending> = Arc::default();
+        let (opened, last_reply) = (Instant::now(), Arc::new(AtomicU64::new(0)));
+        let r = BufReader::new(r);
+        let reading = Self::read_all(r, out.clone(), pending.clone(), opened, last_reply.clone());
+        let tasks = [writer, tokio::spawn(reading).abort_handle()];
+        let (next_id, calls, last_call) =
+            (AtomicU64::new(1), AtomicUsize::new(0), AtomicU64::new(0));
+        Some(Arc::new(Conn {
+            addr,
+            out,
+            pending,
+            next_id,
+            calls,
+            opened,
+            last_call,
+            last_reply,
+            tasks,
         }))
     }
 
-    /// The reader task: hands each reply to its caller; at the end, fails every caller
-    /// still waiting.
-    async fn read_all(mut r: BufReader<tokio::net::tcp::OwnedReadHalf>, me: std::sync::Weak<Conn>) {
+    /// The reader task: hands each reply to its caller (noting when it came); at the end,
+    /// fails every caller still waiting.
+    async fn read_all(
+        mut r: BufReader<tokio::net::tcp::OwnedReadHalf>,
+        out: Arc<Outbox>,
+        pending: Arc<Pending>,
+        opened: Instant,
+        last_reply: Arc<AtomicU64>,
+    ) {
         while let Ok(Some((id, body))) = read_tagged(&mut r).await {
-            let Some(conn) = me.upgrade() else { return };
-            conn.last_reply.store(conn.now() + 1, Ordering::Release);
-            let waiter = conn.pending.lock().expect("not poisoned").remove(&id);
+            last_reply.store(millis_since(opened) + 1, Ordering::Release);
+            let waiter = pending.lock().expect("not poisoned").remove(&id);
             if let Some(tx) = waiter {
                 let _ = tx.send(body);
             }
         }
-        if let Some(conn) = me.upgrade() {
-            conn.fail();
-        }
+        fail(&out, &pending);
     }
 
     /// Milliseconds since the connection opened.
     fn now(&self) -> u64 {
-        self.opened.elapsed().as_millis() as u64
+        millis_since(self.opened)
     }
 
-    /// Marks the connection broken and fails every caller still waiting (their senders
-    /// dropped); the next call opens a new one.
+    /// Marks the connection broken and fails every caller still waiting; the next call
+    /// opens a new one.
     fn fail(&self) {
-        self.out.close();
-        self.pending.lock().expect("not poisoned").clear();
+        fail(&self.out, &self.pending);
     }
 
     /// Whether a call may use this connection to `addr`: not broken, and used within
@@ -230,6 +241,16 @@ impl Conn {
             && self.addr == addr
             && idle < POOL_IDLE.as_millis() as u64
     }
+}
+
+fn millis_since(t: Instant) -> u64 {
+    t.elapsed().as_millis() as u64
+}
+
+/// Marks a connection broken and fails every caller waiting on it (their senders dropped).
+fn fail(out: &Outbox, pending: &Pending) {
+    out.close();
+    pending.lock().expect("not poisoned").clear();
 }
 
 impl Drop for Conn {
