@@ -27,7 +27,7 @@ pub fn take_tagged(buf: &[u8]) -> std::io::Result<Option<(u64, &[u8], usize)>> {
 /// this many requests, and the bytes of one frame beyond them).
 pub const MAX_IN_FLIGHT: usize = 4096;
 
-/// Serves one multiplexed connection (after its [`HELLO`]) until it ends, the node stops
+/// Serves one multiplexed connection (after its [`super::HELLO`]) until it ends, the node stops
 /// or the peer oversteps a bound of [`ConnLimits`]. One task does it all: it reads whatever
 /// requests arrived, starts each, polls them together (a search finishes at once; a write
 /// waits for its Raft round without holding up the others), and writes every reply ready by
@@ -35,8 +35,8 @@ pub const MAX_IN_FLIGHT: usize = 4096;
 ///
 /// Bounds: with nothing under way and no frame begun, the connection may stay silent for
 /// `idle`; a frame begun must be whole within [`ConnLimits::frame_time`] of its length,
-/// counted from the read that brought its first byte (while the node reads on: not while
-/// [`MAX_IN_FLIGHT`] requests hold it up); the replies of one write must be taken within
+/// counted from the read that brought its first byte (started again when the node reads
+/// on after [`MAX_IN_FLIGHT`] requests held it up); the replies of one write must be taken within
 /// the same bound of their length.
 pub(crate) async fn serve<H: ServeHook>(
     node: Arc<Node>,
@@ -92,6 +92,10 @@ pub(crate) async fn serve<H: ServeHook>(
         }
         inbuf.reserve(64 << 10);
         let room = running.len() < MAX_IN_FLIGHT && inbuf.len() < 4 + 12 + MAX_FRAME;
+        if !room && begun.is_some() {
+            // Held up by the node itself: the frame's clock starts again when it reads on.
+            begun = Some(Instant::now());
+        }
         let deadline = match begun {
             // A frame begun: whole within its bound (its length, once known).
             Some(at) if room => {
