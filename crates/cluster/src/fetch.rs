@@ -17,7 +17,7 @@
 //! Guarantees: sizes are bounded before allocating (chunk count, batch length, reply
 //! bytes); no input from a peer can panic the learner; a fetch ends within [`FETCH_LIMIT`].
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,8 +107,8 @@ pub struct FetchStats {
     pub served: BTreeMap<NodeId, u64>,
     /// Chunks refused (failed verification), per source.
     pub refused: BTreeMap<NodeId, u64>,
-    /// Sources dropped (bad chunk, timeout, refusal).
-    pub dropped: BTreeSet<NodeId>,
+    /// Sources dropped, each with why (bad chunk, timeout, refusal, an empty reply).
+    pub dropped: BTreeMap<NodeId, String>,
     pub ok: bool,
 }
 
@@ -144,11 +144,11 @@ impl Ctx {
         }
     }
 
-    /// Pulls batches until the queue is empty (true) or this source fails (false).
-    async fn worker(self: Arc<Self>, source: NodeId) -> bool {
+    /// Pulls batches until the queue is empty (`Ok`) or this source fails (why).
+    async fn worker(self: Arc<Self>, source: NodeId) -> Result<(), String> {
         loop {
             let next = self.job.lock().expect("not poisoned").queue.pop_front();
-            let Some((first, count)) = next else { return true };
+            let Some((first, count)) = next else { return Ok(()) };
             let root = self.root.to_vec();
             let req = FetchRequest { index: self.index, root, first, count };
             let rpc = Box::new(RaftRpc::Fetch(req));
@@ -161,9 +161,17 @@ impl Ctx {
                 {
                     c
                 }
-                _ => {
+                other => {
                     self.requeue(first, count);
-                    return false;
+                    return Err(match other {
+                        Err(_) => format!("no reply within {REQUEST_TIMEOUT:?}"),
+                        Ok(Err(e)) => format!("transport: {e}"),
+                        Ok(Ok(Reply::Raft(RaftReply::Refused(why)))) => format!("refused: {why}"),
+                        Ok(Ok(Reply::Raft(RaftReply::Chunks(c)))) => {
+                            format!("{} chunks for a batch of {count}", c.len())
+                        }
+                        Ok(Ok(_)) => "an unexpected reply".to_string(),
+                    });
                 }
             };
             let got = chunks.len() as u32;
@@ -176,7 +184,7 @@ impl Ctx {
                     *job.stats.refused.entry(source).or_default() += 1;
                     drop(job);
                     self.requeue(i, count - k as u32);
-                    return false;
+                    return Err(format!("chunk {i} failed verification"));
                 }
                 *job.stats.served.entry(source).or_default() += 1;
                 job.chunks[i as usize] = Some(c);
@@ -348,9 +356,9 @@ async fn run(ctx: Arc<Ctx>, mut live: Vec<NodeId>) -> Result<(), FetchError> {
         let mut still = Vec::new();
         while let Some(r) = set.join_next().await {
             match r {
-                Ok((s, true)) => still.push(s),
-                Ok((s, false)) => {
-                    ctx.job.lock().expect("not poisoned").stats.dropped.insert(s);
+                Ok((s, Ok(()))) => still.push(s),
+                Ok((s, Err(why))) => {
+                    ctx.job.lock().expect("not poisoned").stats.dropped.insert(s, why);
                 }
                 Err(_) => {}
             }

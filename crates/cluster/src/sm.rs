@@ -157,11 +157,17 @@ impl GroupSm {
         self.snapshot_every.map(|n| n / 4)
     }
 
-    /// Whether a snapshot build should be triggered now: an attested version lies `n`
-    /// entries past the snapshot file and no triggered build is pending. If so, the build
+    /// The snapshot period: four seal periods. Snapshots are built only from versions at
+    /// its multiples (see `versions`), the same indexes on every replica.
+    fn snapshot_period(&self) -> Option<u64> {
+        self.seal_every().map(|s| s * 4)
+    }
+
+    /// Whether a snapshot build should be triggered now: an attested snapshot point lies a
+    /// snapshot period or more past the snapshot file and no triggered build is pending. If so, the build
     /// counts as pending from now on (the caller must trigger it).
     pub fn snapshot_due(&self) -> bool {
-        let Some(n) = self.snapshot_every else { return false };
+        let Some(n) = self.snapshot_period() else { return false };
         let s = self.shared.lock().expect("not poisoned");
         let file = s.versions.file_index().unwrap_or(0);
         let due = s.versions.to_snapshot().is_some_and(|v| v.index() >= file + n);
@@ -222,7 +228,7 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result
 }
 
 impl GroupSm {
-    /// With attested snapshots: the newest attested version newer than the snapshot file,
+    /// With attested snapshots: the newest attested snapshot point newer than the file,
     /// written as the snapshot file. If there is none (a snapshot was installed between the
     /// trigger and the build), the current state, unattested: openraft requires a build to
     /// be newer than the snapshot it has, and a snapshot offer then says it is unattested.
@@ -342,9 +348,10 @@ impl RaftStateMachine<TypeConfig> for GroupSm {
             };
             // Every arm released the lock.
             if seal {
+                let point = self.snapshot_period().is_some_and(|p| entry.log_id.index % p == 0);
                 let mut s = self.shared.lock().expect("not poisoned");
                 let v = s.version(None);
-                s.versions.seal(v);
+                s.versions.seal(v, point);
             }
             out.push(resp);
         }

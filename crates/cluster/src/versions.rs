@@ -10,9 +10,15 @@
 //! sealed one (a mismatch is divergence: counted and reported, never silent) and marks the
 //! version attested by the entry's log id. Snapshots are built only from attested versions.
 //!
-//! Guarantees: at most [`RETAINED`] sealed versions plus the version of the snapshot file
-//! are kept (they share unchanged nodes with the live tree); a version is found for serving
-//! only by its exact `(index, root)`.
+//! Snapshots are built only at **snapshot points**: seals whose index is a multiple of the
+//! snapshot period (four seal periods), the same indexes on every replica. A replica keeps
+//! its last [`POINTS_RETAINED`] points after they leave the recent seals, so the version a
+//! leader's snapshot holds is still held by the followers that applied it, and a learner
+//! can fetch its chunks from all of them, not from the leader alone.
+//!
+//! Guarantees: at most [`RETAINED`] sealed versions, [`POINTS_RETAINED`] points and the
+//! version of the snapshot file are kept (they share unchanged nodes with the live tree); a
+//! version is found for serving only by its exact `(index, root)`.
 
 use std::collections::VecDeque;
 
@@ -22,6 +28,9 @@ use crate::types::{typ, ChunkBytes, RangeDesc, SnapshotData};
 
 /// Sealed versions kept besides the snapshot file's.
 pub const RETAINED: usize = 8;
+/// Snapshot points kept besides the recent seals (a leader's snapshot is at most two
+/// snapshot periods behind before followers drop its version).
+pub const POINTS_RETAINED: usize = 2;
 
 /// One retained version of a group's state.
 #[derive(Clone)]
@@ -81,6 +90,8 @@ pub enum AttestOutcome {
 #[derive(Default)]
 pub struct Versions {
     sealed: VecDeque<Version>,
+    /// The latest sealed versions at snapshot points (copies; they share the trees).
+    points: VecDeque<Version>,
     /// The version of the snapshot file (built or installed), kept while it is current.
     file: Option<Version>,
     /// `Attest` entries whose root differed from this replica's own.
@@ -88,8 +99,15 @@ pub struct Versions {
 }
 
 impl Versions {
-    /// Keeps a newly sealed version, dropping the oldest beyond [`RETAINED`].
-    pub fn seal(&mut self, v: Version) {
+    /// Keeps a newly sealed version, dropping the oldest beyond [`RETAINED`]; a version at
+    /// a snapshot `point` is also kept among the last [`POINTS_RETAINED`] points.
+    pub fn seal(&mut self, v: Version, point: bool) {
+        if point {
+            self.points.push_back(v.clone());
+            while self.points.len() > POINTS_RETAINED {
+                self.points.pop_front();
+            }
+        }
         self.sealed.push_back(v);
         while self.sealed.len() > RETAINED {
             self.sealed.pop_front();
@@ -101,6 +119,7 @@ impl Versions {
     pub fn set_file(&mut self, v: Version, installed: bool) {
         if installed {
             self.sealed.clear();
+            self.points.clear();
         }
         self.file = Some(v);
     }
@@ -110,8 +129,12 @@ impl Versions {
         self.file.as_ref().map(Version::index)
     }
 
+    fn all(&self) -> impl Iterator<Item = &Version> {
+        self.sealed.iter().chain(&self.points).chain(self.file.as_ref())
+    }
+
     fn all_mut(&mut self) -> impl Iterator<Item = &mut Version> {
-        self.sealed.iter_mut().chain(self.file.as_mut())
+        self.sealed.iter_mut().chain(&mut self.points).chain(self.file.as_mut())
     }
 
     /// Applies a committed `Attest { index, root }` found at log id `at`.
@@ -132,16 +155,20 @@ impl Versions {
         outcome
     }
 
-    /// The latest sealed version if no `Attest` has named it yet: `(index, root)`.
+    /// The version to propose an `Attest` for, `(index, root)`: the latest snapshot point
+    /// if no `Attest` has named it yet (first: snapshots are built only from attested
+    /// points, and seals may come faster than the leader attests), else the latest sealed
+    /// version if none has.
     pub fn to_attest(&self) -> Option<(u64, [u8; 32])> {
-        let v = self.sealed.back()?;
-        v.attested.is_none().then(|| (v.index(), v.root()))
+        let unattested = |v: &&Version| v.attested.is_none();
+        let v = self.points.back().filter(unattested).or(self.sealed.back().filter(unattested))?;
+        Some((v.index(), v.root()))
     }
 
-    /// The newest attested version newer than the snapshot file's.
+    /// The newest attested snapshot point newer than the snapshot file's version.
     pub fn to_snapshot(&self) -> Option<Version> {
         let file = self.file_index();
-        let v = self.sealed.iter().rev().find(|v| v.attested.is_some())?;
+        let v = self.points.iter().rev().find(|v| v.attested.is_some())?;
         match file {
             Some(f) if v.index() <= f => None,
             _ => Some(v.clone()),
@@ -150,18 +177,97 @@ impl Versions {
 
     /// The newest attested version satisfying `pred` (a merge's frozen state).
     pub fn newest_attested(&self, pred: impl Fn(&Version) -> bool) -> Option<&Version> {
-        self.sealed
-            .iter()
-            .chain(self.file.as_ref())
-            .filter(|v| v.attested.is_some() && pred(v))
-            .max_by_key(|v| v.index())
+        self.all().filter(|v| v.attested.is_some() && pred(v)).max_by_key(|v| v.index())
     }
 
     /// The retained version at `index` whose root is `root` (for serving chunks).
     pub fn find(&self, index: u64, root: &[u8]) -> Option<&Version> {
-        self.sealed
-            .iter()
-            .chain(self.file.as_ref())
-            .find(|v| v.index() == index && v.root().as_slice() == root)
+        self.all().find(|v| v.index() == index && v.root().as_slice() == root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version at `index` whose tree holds `index` keys (each index has its own root).
+    fn version(index: u64) -> Version {
+        version_of(index, index)
+    }
+
+    fn version_of(keys: u64, index: u64) -> Version {
+        let mut tree = bavl_core::Tree::with_capacity(4).unwrap();
+        for i in 0..keys {
+            tree.insert(&i.to_be_bytes(), b"v").unwrap();
+        }
+        Version {
+            log_id: Some(typ::LogId::new(openraft::CommittedLeaderId::new(1, 1), index)),
+            membership: Default::default(),
+            desc: RangeDesc::whole(1, Default::default()),
+            next_group_id: 0,
+            tree: tree.snapshot(),
+            attested: None,
+            merge: Default::default(),
+        }
+    }
+
+    fn at(index: u64) -> typ::LogId {
+        typ::LogId::new(openraft::CommittedLeaderId::new(1, 1), index)
+    }
+
+    #[test]
+    fn an_attested_root_that_differs_is_divergence_and_never_snapshotted() {
+        let mut vs = Versions::default();
+        vs.seal(version_of(10, 20), true);
+        let other = version_of(11, 20).root();
+        assert_eq!(vs.to_attest().map(|(i, _)| i), Some(20));
+        assert!(matches!(vs.attest(20, &other, at(23)), AttestOutcome::Diverged(_)));
+        assert_eq!(vs.diverged, 1);
+        assert!(vs.to_snapshot().is_none(), "a version no attest matched is not snapshotted");
+        let own = version_of(10, 20).root();
+        assert_eq!(vs.attest(20, &own, at(23)), AttestOutcome::Matched);
+        assert_eq!(vs.to_snapshot().map(|v| v.attested), Some(Some(at(23))));
+        assert_eq!(vs.attest(99, &own, at(23)), AttestOutcome::Unknown);
+        assert!(vs.find(20, &own).is_some() && vs.find(20, &other).is_none());
+    }
+
+    /// Seals every 10 entries, a point every 40, up to `last`.
+    fn sealed_to(last: u64) -> Versions {
+        let mut vs = Versions::default();
+        for i in (10..=last).step_by(10) {
+            vs.seal(version(i), i % 40 == 0);
+        }
+        vs
+    }
+
+    #[test]
+    fn a_point_outlives_the_recent_seals_until_two_newer_points() {
+        let vs = sealed_to(200);
+        // Recent seals: 130..=200; points: 160, 200. Point 120 left with the third point.
+        for i in [160, 200, 130] {
+            assert!(vs.find(i, &version(i).root()).is_some(), "{i}");
+        }
+        assert!(vs.find(120, &version(120).root()).is_none());
+        let vs = sealed_to(230);
+        assert!(vs.find(160, &version(160).root()).is_some(), "a point the seals dropped");
+        assert!(vs.find(150, &version(150).root()).is_none(), "a seal that is no point");
+    }
+
+    #[test]
+    fn points_are_attested_first_and_only_points_are_snapshotted() {
+        let mut vs = sealed_to(170);
+        assert_eq!(vs.to_attest().map(|(i, _)| i), Some(160), "the unattested point first");
+        assert_eq!(vs.attest(170, &version(170).root(), at(171)), AttestOutcome::Matched);
+        assert!(vs.to_snapshot().is_none(), "an attested seal that is no point");
+        assert_eq!(vs.to_attest().map(|(i, _)| i), Some(160));
+        assert_eq!(vs.attest(160, &version(160).root(), at(172)), AttestOutcome::Matched);
+        assert_eq!(vs.to_snapshot().map(|v| (v.index(), v.attested)), Some((160, Some(at(172)))));
+        assert_eq!(vs.to_attest(), None, "both the point and the latest seal are attested");
+        vs.set_file(version(160), false);
+        assert!(vs.to_snapshot().is_none(), "not newer than the file");
+        vs.seal(version(180), false);
+        assert_eq!(vs.to_attest().map(|(i, _)| i), Some(180));
+        vs.set_file(version(180), true);
+        assert!(vs.find(160, &version(160).root()).is_none(), "an install drops the points");
     }
 }
