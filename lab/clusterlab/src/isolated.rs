@@ -88,7 +88,10 @@ pub async fn side_by_side(
     for c in &clusters {
         bgs.push(background(c, s.idle_s).await);
     }
-    let rounds = ps.iter().copied().max().unwrap_or(1);
+    // Every partition of the largest P is loaded once per pass; two passes in a full run
+    // (16 rounds at P = 8), so the targets' interval rests on twice as many rounds.
+    let passes = if s.quick { 1 } else { 2 };
+    let rounds = passes * ps.iter().copied().max().unwrap_or(1);
     let (slice, warm) = if s.quick { (0.5, 0.2) } else { (2.0, 0.3) };
     let wl = vec![Workload::Search, Workload::Update];
     let mut kept =
@@ -122,7 +125,7 @@ pub async fn side_by_side(
                         ..phase(format!("{w:?}-{round}"), w, s.throughput_clients, slice)
                     },
                 ];
-                let seed = 800 + 100 * wi as u64 + 10 * round + k as u64;
+                let seed = 800 + 1000 * wi as u64 + 10 * round + k as u64;
                 let res = c.load(&spec(s, c, phases, seed)).await?;
                 // A slice lost is lost from every cluster, so the rounds stay paired.
                 slices[k].push(res.phases.get(1).cloned().unwrap_or_default());

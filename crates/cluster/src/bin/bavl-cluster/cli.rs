@@ -3,13 +3,15 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use bavl_cluster::client::{Client, ClientOptions};
+use bavl_cluster::limits::ConnLimits;
 use bavl_cluster::log_store::Durability;
 use bavl_cluster::node::{raft_config, Node, NodeOptions};
-use bavl_cluster::tcp::{serve, TcpTransport};
+use bavl_cluster::tcp::{serve_with, TcpTransport};
 use bavl_cluster::types::NodeId;
 use clap::{Parser, Subcommand};
 
@@ -46,6 +48,8 @@ enum Cmd {
         bootstrap: bool,
         #[command(flatten)]
         tuning: Tuning,
+        #[command(flatten)]
+        bounds: Bounds,
     },
     /// Start N node processes on loopback ports base+1..=base+N and wait for Ctrl-C.
     Local {
@@ -169,6 +173,53 @@ pub struct Tuning {
     merge_load: u64,
 }
 
+/// Bounds on the connections a node serves (docs/cluster.md section 3, "Bounds on a
+/// connection"): what a peer that connects and then sends slowly, sends nothing or reads
+/// nothing can make the node hold.
+#[derive(clap::Args, Clone)]
+pub struct Bounds {
+    /// A connection with nothing under way and nothing arriving for this many seconds is
+    /// closed. More than 15: clients do not reuse a connection idle for 15 s.
+    #[arg(long, default_value_t = 60)]
+    conn_idle_secs: u64,
+    /// A frame (a request, or the replies written at once) may take this many seconds from
+    /// its first byte to its last, plus its length at --conn-min-rate-kib.
+    #[arg(long, default_value_t = 10)]
+    frame_secs: u64,
+    /// The slowest rate, in KiB/s, at which a frame may arrive or a reply be taken.
+    #[arg(long, default_value_t = 256)]
+    conn_min_rate_kib: u64,
+    /// Connections served at once; one accepted beyond is closed at once. Each peer node
+    /// holds a few, a client machine one (multiplexed) or a few per node.
+    #[arg(long, default_value_t = 1024)]
+    max_conns: usize,
+}
+
+impl Bounds {
+    /// The bounds, or why they are unusable.
+    pub fn limits(&self) -> anyhow::Result<ConnLimits> {
+        let pool = bavl_cluster::limits::POOL_IDLE.as_secs();
+        if self.conn_idle_secs <= pool {
+            bail!(
+                "--conn-idle-secs must be more than {pool} (clients reuse a connection idle \
+                 for up to {pool} s; a node closing it sooner fails their calls)"
+            );
+        }
+        if self.frame_secs == 0 || self.conn_min_rate_kib == 0 {
+            bail!("--frame-secs and --conn-min-rate-kib must be at least 1");
+        }
+        if self.max_conns < 8 {
+            bail!("--max-conns must be at least 8 (the node's peers hold some each)");
+        }
+        Ok(ConnLimits {
+            idle: Duration::from_secs(self.conn_idle_secs),
+            frame_base: Duration::from_secs(self.frame_secs),
+            min_rate: self.conn_min_rate_kib.saturating_mul(1024),
+            max_conns: self.max_conns,
+        })
+    }
+}
+
 impl Peers {
     pub fn from_list(list: &str) -> Self {
         Peers { peers: list.split(',').map(str::to_string).collect() }
@@ -193,8 +244,8 @@ impl Peers {
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
-        Cmd::Node { id, dir, peers, bootstrap, tuning } => {
-            run_node(id, dir, &peers, bootstrap, &tuning).await
+        Cmd::Node { id, dir, peers, bootstrap, tuning, bounds } => {
+            run_node(id, dir, &peers, bootstrap, &tuning, bounds.limits()?).await
         }
         Cmd::Local { nodes, dir, base_port, tuning } => {
             let mut cluster =
@@ -240,6 +291,7 @@ async fn run_node(
     peers: &Peers,
     bootstrap: bool,
     t: &Tuning,
+    limits: ConnLimits,
 ) -> anyhow::Result<()> {
     let peers = peers.parse()?;
     let listen = *peers.get(&id).with_context(|| format!("--id {id} is not among --peers"))?;
@@ -277,7 +329,7 @@ async fn run_node(
         node.bootstrap(&members).await.context("bootstrap failed")?;
     }
     eprintln!("node {id} serving on {listen}");
-    serve(node, listener).await;
+    serve_with(node, listener, Arc::new(()), limits).await;
     Ok(())
 }
 
@@ -328,4 +380,41 @@ async fn client_op(peers: &Peers, op: &str, key: &str, value: Option<&str>) -> a
         c.stats.retries, c.stats.stale, c.stats.not_leader
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_bounds(extra: &[&str]) -> anyhow::Result<ConnLimits> {
+        let base =
+            ["bavl-cluster", "node", "--id", "1", "--dir", "/tmp/x", "--peers", "1=127.0.0.1:1"];
+        let cli = Cli::try_parse_from(base.iter().chain(extra))?;
+        match cli.cmd {
+            Cmd::Node { bounds, .. } => bounds.limits(),
+            _ => unreachable!("a node command was parsed"),
+        }
+    }
+
+    #[test]
+    fn a_node_serves_under_the_default_bounds_or_the_ones_given() {
+        assert_eq!(node_bounds(&[]).unwrap(), ConnLimits::default());
+        let l = node_bounds(&["--conn-idle-secs", "30", "--frame-secs", "2"]).unwrap();
+        let l2 = node_bounds(&["--conn-min-rate-kib", "64", "--max-conns", "100"]).unwrap();
+        assert_eq!((l.idle, l.frame_base), (Duration::from_secs(30), Duration::from_secs(2)));
+        assert_eq!((l2.min_rate, l2.max_conns), (64 << 10, 100));
+    }
+
+    #[test]
+    fn bounds_that_would_cut_off_honest_peers_are_refused() {
+        for bad in [
+            &["--conn-idle-secs", "15"][..],
+            &["--frame-secs", "0"],
+            &["--conn-min-rate-kib", "0"],
+            &["--max-conns", "7"],
+        ] {
+            let e = node_bounds(bad).expect_err(&format!("{bad:?} accepted"));
+            assert!(e.to_string().contains(bad[0]), "{bad:?}: {e}");
+        }
+    }
 }
