@@ -164,8 +164,8 @@ impl GroupSm {
     }
 
     /// Whether a snapshot build should be triggered now: an attested snapshot point lies a
-    /// snapshot period or more past the snapshot file and no triggered build is pending. If so, the build
-    /// counts as pending from now on (the caller must trigger it).
+    /// snapshot period or more past the snapshot file and no triggered build is pending. If
+    /// so, the build counts as pending from now on (the caller must trigger it).
     pub fn snapshot_due(&self) -> bool {
         let Some(n) = self.snapshot_period() else { return false };
         let s = self.shared.lock().expect("not poisoned");

@@ -86,12 +86,18 @@ pub enum AttestOutcome {
     Unknown,
 }
 
+/// A sealed version, and whether it lies at a snapshot point.
+struct Sealed {
+    v: Version,
+    point: bool,
+}
+
 /// The versions a replica retains.
 #[derive(Default)]
 pub struct Versions {
-    sealed: VecDeque<Version>,
-    /// The latest sealed versions at snapshot points (copies; they share the trees).
-    points: VecDeque<Version>,
+    /// The last [`RETAINED`] seals, and before them the last [`POINTS_RETAINED`] points if
+    /// older; oldest first.
+    sealed: VecDeque<Sealed>,
     /// The version of the snapshot file (built or installed), kept while it is current.
     file: Option<Version>,
     /// `Attest` entries whose root differed from this replica's own.
@@ -102,16 +108,18 @@ impl Versions {
     /// Keeps a newly sealed version, dropping the oldest beyond [`RETAINED`]; a version at
     /// a snapshot `point` is also kept among the last [`POINTS_RETAINED`] points.
     pub fn seal(&mut self, v: Version, point: bool) {
-        if point {
-            self.points.push_back(v.clone());
-            while self.points.len() > POINTS_RETAINED {
-                self.points.pop_front();
-            }
-        }
-        self.sealed.push_back(v);
-        while self.sealed.len() > RETAINED {
-            self.sealed.pop_front();
-        }
+        self.sealed.push_back(Sealed { v, point });
+        let n = self.sealed.len();
+        // Points from this one on (itself included), counted down as `retain` goes forward.
+        let mut points_on = self.sealed.iter().filter(|s| s.point).count();
+        let mut i = 0;
+        self.sealed.retain(|s| {
+            let recent = i + RETAINED >= n;
+            let kept_point = s.point && points_on <= POINTS_RETAINED;
+            i += 1;
+            points_on -= usize::from(s.point);
+            recent || kept_point
+        });
     }
 
     /// Records the snapshot file's version (after a build, an install or on open); an
@@ -119,7 +127,6 @@ impl Versions {
     pub fn set_file(&mut self, v: Version, installed: bool) {
         if installed {
             self.sealed.clear();
-            self.points.clear();
         }
         self.file = Some(v);
     }
@@ -130,11 +137,16 @@ impl Versions {
     }
 
     fn all(&self) -> impl Iterator<Item = &Version> {
-        self.sealed.iter().chain(&self.points).chain(self.file.as_ref())
+        self.sealed.iter().map(|s| &s.v).chain(self.file.as_ref())
     }
 
     fn all_mut(&mut self) -> impl Iterator<Item = &mut Version> {
-        self.sealed.iter_mut().chain(&mut self.points).chain(self.file.as_mut())
+        self.sealed.iter_mut().map(|s| &mut s.v).chain(self.file.as_mut())
+    }
+
+    /// The newest sealed version (with `point`: the newest at a snapshot point).
+    fn newest(&self, point: bool) -> Option<&Version> {
+        self.sealed.iter().rev().find(|s| s.point || !point).map(|s| &s.v)
     }
 
     /// Applies a committed `Attest { index, root }` found at log id `at`.
@@ -161,14 +173,15 @@ impl Versions {
     /// version if none has.
     pub fn to_attest(&self) -> Option<(u64, [u8; 32])> {
         let unattested = |v: &&Version| v.attested.is_none();
-        let v = self.points.back().filter(unattested).or(self.sealed.back().filter(unattested))?;
+        let v = self.newest(true).filter(unattested).or(self.newest(false).filter(unattested))?;
         Some((v.index(), v.root()))
     }
 
     /// The newest attested snapshot point newer than the snapshot file's version.
     pub fn to_snapshot(&self) -> Option<Version> {
         let file = self.file_index();
-        let v = self.points.iter().rev().find(|v| v.attested.is_some())?;
+        let s = self.sealed.iter().rev().find(|s| s.point && s.v.attested.is_some())?;
+        let v = &s.v;
         match file {
             Some(f) if v.index() <= f => None,
             _ => Some(v.clone()),
@@ -242,15 +255,26 @@ mod tests {
 
     #[test]
     fn a_point_outlives_the_recent_seals_until_two_newer_points() {
-        let vs = sealed_to(200);
-        // Recent seals: 130..=200; points: 160, 200. Point 120 left with the third point.
+        let mut vs = sealed_to(200);
+        // Recent seals: 130..=200; points: 160, 200. Point 120 left with the recent seals.
         for i in [160, 200, 130] {
             assert!(vs.find(i, &version(i).root()).is_some(), "{i}");
         }
         assert!(vs.find(120, &version(120).root()).is_none());
-        let vs = sealed_to(230);
+        // Extra seals between the periodic ones (a merge's frozen states) crowd the recent
+        // eight: 190, 200, 201..=206. Point 160 stays; 170 and 180, no points, leave.
+        for i in 201..=206 {
+            vs.seal(version(i), false);
+        }
         assert!(vs.find(160, &version(160).root()).is_some(), "a point the seals dropped");
-        assert!(vs.find(150, &version(150).root()).is_none(), "a seal that is no point");
+        for i in [170, 180] {
+            assert!(vs.find(i, &version(i).root()).is_none(), "{i} is no point");
+        }
+        assert_eq!(vs.sealed.len(), RETAINED + 1);
+        // A third point after it: 160 goes.
+        vs.seal(version(240), true);
+        assert!(vs.find(160, &version(160).root()).is_none());
+        assert!(vs.find(200, &version(200).root()).is_some());
     }
 
     #[test]
