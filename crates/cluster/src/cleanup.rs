@@ -6,7 +6,8 @@
 //! (two report ticks apart), the directory's descriptor of its group leaves this node out,
 //! the replica's own Raft membership (its log included, so a learner that has received its
 //! `add learner` entry is safe) leaves it out too, and its `conf_ver` is not newer than the
-//! directory's. The two checks cover a learner that installed a snapshot older than its own
+//! directory's. For a replica of the directory itself, the descriptor compared with is the
+//! one the directory's leader last answered this node's heartbeat with (see `dirroute`). The two checks cover a learner that installed a snapshot older than its own
 //! `add learner` entry: the entry follows the snapshot at once. An empty replica (created by
 //! a message, never installed) is never deleted: it holds nothing, and deleting a learner
 //! whose snapshot is on its way would look to the leader like a log gone backwards.
@@ -73,7 +74,6 @@ impl Node {
         let candidates: Vec<OpenraftGroup> = self
             .groups()
             .into_iter()
-            .filter(|g| g.sm.desc().id != DIRECTORY_GROUP)
             .filter(|g| {
                 g.leader() != Some(self.id) || g.sm.shared.lock().expect("ok").state.is_frozen()
             })
@@ -95,7 +95,12 @@ impl Node {
                 continue;
             }
             let local = group.sm.desc();
-            if crate::merge_driver::merged_away(&local, &descs) {
+            let d = if local.id == DIRECTORY_GROUP {
+                // The directory's descriptor, as its leader last answered this node's
+                // heartbeat (see `dirroute`): the directory holds no descriptor of itself.
+                let Some(d) = self.known_directory() else { continue };
+                d
+            } else if crate::merge_driver::merged_away(&local, &descs) {
                 // Merged away (a missed `Retire`, or down during the whole merge): a newer
                 // descriptor of another group covers it (see `merge_driver`).
                 seen.insert(local.id);
@@ -108,8 +113,10 @@ impl Node {
                     }
                 }
                 continue;
-            }
-            let Some(d) = descs.iter().find(|d| d.id == local.id) else { continue };
+            } else {
+                let Some(d) = descs.iter().find(|d| d.id == local.id) else { continue };
+                d.clone()
+            };
             if d.replicas.contains(&self.id) || d.learners.contains(&self.id) {
                 continue;
             }

@@ -50,8 +50,8 @@ impl RangeState {
 
     /// Directory: forgets node `id`, which then receives nothing and is weighed nowhere.
     /// Refused unless it is registered and draining, is no voter or learner of the
-    /// directory (whose replicas never move) and no range's descriptor names it (its drain
-    /// finished). A replica the node still holds that no descriptor names (a move to it
+    /// directory and no range's descriptor names it (its drain finished: the rebalancer
+    /// moves the directory's replicas off draining nodes too, see `plan`). A replica the node still holds that no descriptor names (a move to it
     /// under way when it was drained, not yet reported) is moved away by the rebalancer
     /// once reported: a node the list does not hold counts as leaving (`plan`).
     pub(crate) fn remove_node(&mut self, id: NodeId) -> Response {
@@ -63,7 +63,7 @@ impl RangeState {
         }
         if self.desc.replicas.contains(&id) || self.desc.learners.contains(&id) {
             return Response::Refused(format!(
-                "node {id} holds a replica of the directory, which never moves"
+                "node {id} still holds a replica of the directory: its drain has not finished"
             ));
         }
         let named: Vec<_> = self

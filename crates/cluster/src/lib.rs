@@ -12,7 +12,8 @@
 //!   deleted replicas;
 //! - [`consensus`], [`propose`]: our engine trait and its openraft implementation, the
 //!   leader's batching of client writes;
-//! - [`directory`]: the directory's node list; descriptors following Raft membership;
+//! - [`directory`], [`dirroute`]: the directory's node list; descriptors following Raft
+//!   membership; finding the directory from any node, wherever its replicas moved;
 //! - [`node`], [`split`], [`read`]: a node hosting many groups, its leader duties, its reads;
 //! - [`moves`], [`cleanup`], [`rebalance`], [`plan`]: range moves by membership change,
 //!   removed replicas, the rebalancer and its plan;
@@ -33,6 +34,7 @@ pub mod client;
 pub mod codec;
 pub mod consensus;
 pub mod directory;
+pub mod dirroute;
 pub mod fetch;
 pub mod history;
 pub mod lease;

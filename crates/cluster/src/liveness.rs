@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::consensus::Consensus;
+use crate::consensus::{Consensus, OpenraftGroup};
 use crate::load::RangeStats;
 use crate::msg::{ClientOp, ClientReply, ClientRequest};
 use crate::node::Node;
@@ -120,7 +120,8 @@ impl Node {
         out
     }
 
-    /// Sends this node's heartbeat to the directory's leader (one round, see the module doc).
+    /// Sends this node's heartbeat to the directory's leader (one round, see the module doc)
+    /// and records the directory's members its answer names (see `dirroute`).
     pub(crate) async fn heartbeat(&self) -> bool {
         let op = ClientOp::Heartbeat { node: self.id, ranges: self.led_stats() };
         let req = ClientRequest { group: DIRECTORY_GROUP, epoch: Epoch::default(), op };
@@ -128,36 +129,47 @@ impl Node {
         let mut members = self.directory_members();
         members.sort_by_key(|n| Some(*n) != hint);
         for n in members {
-            if let Some(ClientReply::Done) = self.directory_try(n, &req).await {
+            if let Some(ClientReply::Heard { directory, members }) =
+                self.directory_try(n, &req).await
+            {
+                self.learn_directory(directory, members);
                 return true;
             }
         }
         false
     }
 
-    /// Serves a heartbeat on this node's directory replica: recorded if it leads.
-    pub(crate) fn on_heartbeat(&self, node: NodeId, ranges: &[RangeStats]) -> ClientReply {
-        let Some(dir) = self.group(DIRECTORY_GROUP) else { return ClientReply::NoGroup };
+    /// Serves a heartbeat on this node's directory replica: recorded if it leads, and
+    /// answered with the directory's members (`Heard`).
+    pub(crate) fn on_heartbeat(
+        &self,
+        dir: &OpenraftGroup,
+        node: NodeId,
+        ranges: &[RangeStats],
+    ) -> ClientReply {
         let m = dir.raft.metrics().borrow().clone();
         if m.current_leader != Some(self.id) {
             return ClientReply::NotLeader(m.current_leader);
         }
         self.view.lock().expect("not poisoned").heard(m.current_term, node, ranges, Instant::now());
-        ClientReply::Done
+        let (directory, members) = Node::heard(dir);
+        ClientReply::Heard { directory, members }
     }
 
     /// What the rebalancer knows beyond the directory's state: the stats of the ranges, the
-    /// dead nodes and those not heard from yet (this node must lead the directory).
+    /// dead nodes and those not heard from yet, and the directory's own descriptor (this
+    /// node must lead the directory).
     pub fn directory_view(&self, nodes: &[NodeInfo]) -> View {
-        let term =
-            self.group(DIRECTORY_GROUP).map_or(0, |g| g.raft.metrics().borrow().current_term);
+        let dir = self.group(DIRECTORY_GROUP);
+        let term = dir.as_ref().map_or(0, |g| g.raft.metrics().borrow().current_term);
         let limit = self.dead_after();
         let now = Instant::now();
         let mut view = self.view.lock().expect("not poisoned");
         let dead = view.dead(term, nodes, self.id, now, limit);
         let unheard = view.unheard(nodes, self.id);
         let unheard = unheard.difference(&dead).copied().collect();
-        View { stats: view.stats(now, limit), dead, unheard }
+        let directory = dir.map(|g| g.sm.desc());
+        View { stats: view.stats(now, limit), dead, unheard, directory }
     }
 }
 

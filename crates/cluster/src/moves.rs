@@ -130,8 +130,8 @@ impl Node {
         from: NodeId,
         to: NodeId,
     ) -> Result<RangeDesc, MoveError> {
-        if g == DIRECTORY_GROUP || from == to {
-            return Err(MoveError::Invalid("the directory does not move; from = to".into()));
+        if from == to {
+            return Err(MoveError::Invalid(format!("from = to = node {from}")));
         }
         let group = self.led_group(g)?;
         if !self.moving.lock().expect("not poisoned").insert(g) {
@@ -229,9 +229,18 @@ impl Node {
 
     /// Step 5: the directory learns the descriptor, and `from` is told to drop its replica
     /// (best effort: the garbage check repairs a lost message, the heartbeat a lost report).
-    /// `index` is the log index of the configuration without `from`.
+    /// `index` is the log index of the configuration without `from`. The directory's own
+    /// descriptor is not a range's: it is not reported, this node records it (see
+    /// `dirroute`), and the others learn it from their heartbeats' answers.
     pub async fn move_finish(&self, from: NodeId, desc: &RangeDesc, index: u64) {
-        self.report(vec![desc.clone()]).await;
+        if desc.id == DIRECTORY_GROUP {
+            if let Some(dir) = self.group(DIRECTORY_GROUP) {
+                let (directory, members) = Node::heard(&dir);
+                self.learn_directory(directory, members);
+            }
+        } else {
+            self.report(vec![desc.clone()]).await;
+        }
         let op = ClientOp::Tombstone { conf_ver: desc.epoch.conf_ver, index };
         if from == self.id {
             self.tombstone(desc.id, desc.epoch.conf_ver, index).await;
@@ -296,9 +305,6 @@ impl Node {
     /// Drops this node's replica of `g` unless it is newer than `conf_ver`, empty, or its
     /// log names this node in a configuration after `index` (it was added back).
     async fn tombstone(&self, g: GroupId, conf_ver: u64, index: u64) -> ClientReply {
-        if g == DIRECTORY_GROUP {
-            return ClientReply::Refused("the directory's replicas are never removed".into());
-        }
         let Some(group) = self.group(g) else { return ClientReply::Done };
         let (desc, applied) = {
             let s = group.sm.shared.lock().expect("not poisoned");

@@ -87,7 +87,8 @@ pub enum ClientOp {
     /// Directory: the registered nodes.
     Nodes,
     /// Directory leader: node `node` is alive and leads these ranges (see `liveness`);
-    /// answered `Done` by the directory's leader only, and kept in its memory.
+    /// answered `Heard` by the directory's leader only (a replica that is not: `NotLeader`), and
+    /// kept in its memory.
     Heartbeat {
         node: NodeId,
         ranges: Vec<RangeStats>,
@@ -130,6 +131,10 @@ pub enum ClientOp {
     },
     /// Directory: forget a drained node (refused while anything names it).
     RemoveNode(NodeId),
+    /// Directory: an operation a node without a directory replica passes on to the
+    /// directory's members it knows (see `dirroute`); served only by a node holding a
+    /// replica, never passed on again.
+    Forwarded(Box<ClientOp>),
 }
 
 impl ClientOp {
@@ -222,6 +227,13 @@ pub enum ClientReply {
     Unknown(String),
     /// Refused for good (bad input).
     Refused(String),
+    /// The directory leader's answer to a `Heartbeat`: the directory's own descriptor (its
+    /// voters and learners at its `conf_ver`) and the registered nodes among them, with
+    /// their addresses, so every node can find the directory after its replicas moved.
+    Heard {
+        directory: RangeDesc,
+        members: Vec<NodeInfo>,
+    },
 }
 
 /// Anything one node can send another.

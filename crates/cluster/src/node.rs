@@ -98,6 +98,8 @@ pub struct Node {
     /// The merge planner's candidate pair and the plans in a row it was seen in, and
     /// whether a planned merge is under way (see `merge_plan`).
     pub(crate) merge_plan: Mutex<crate::merge_plan::PlanState>,
+    /// The directory's replicas as its leader last told this node (see `dirroute`).
+    pub(crate) known_dir: Mutex<crate::dirroute::KnownDirectory>,
 }
 
 impl Node {
@@ -110,6 +112,10 @@ impl Node {
         std::fs::create_dir_all(&opts.dir)?;
         let (tx, rx) = unbounded_channel();
         let load = crate::load::LoadTracker::new(opts.load.window_ticks as usize);
+        let known = crate::dirroute::load_known(&opts.dir, id);
+        for m in known.members.iter().filter(|m| !m.addr.is_empty() && m.id != id) {
+            transport.learn(m.id, &m.addr);
+        }
         let node = Arc::new_cyclic(|me| Node {
             id,
             me: me.clone(),
@@ -129,6 +135,7 @@ impl Node {
             starting: tokio::sync::Mutex::new(()),
             merging: Mutex::default(),
             merge_plan: Mutex::default(),
+            known_dir: Mutex::new(known),
         });
         let mut ids = Vec::new();
         for entry in std::fs::read_dir(&node.opts.dir)? {
@@ -255,15 +262,13 @@ impl Node {
         if req.op.is_admin() {
             return self.handle_admin(req.group, req.op).await;
         }
-        if let ClientOp::Heartbeat { node, ranges } = &req.op {
-            return self.on_heartbeat(*node, ranges);
+        if req.group == DIRECTORY_GROUP {
+            // Any node answers, passing the operation on if need be (see `dirroute`).
+            return self.serve_directory(req.op).await;
         }
         let Some(group) = self.group(req.group) else { return ClientReply::NoGroup };
         if group.sm.shared.lock().expect("not poisoned").last_applied.is_none() {
             return ClientReply::NoGroup;
-        }
-        if req.group == DIRECTORY_GROUP {
-            return directory_op(&group, req.op).await;
         }
         let (desc, frozen) = {
             let s = group.sm.shared.lock().expect("not poisoned");
@@ -305,37 +310,6 @@ impl Node {
             self.load.lock().expect("not poisoned").record(req.group, &key, write);
         }
         reply
-    }
-}
-
-async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientReply {
-    match op {
-        // Any replica answers: a stale answer is caught by the range's fence keys.
-        ClientOp::Lookup(key) => {
-            ClientReply::Desc(group.sm.shared.lock().expect("not poisoned").state.lookup(&key))
-        }
-        // The status view is read at the leader after a read barrier (not stale).
-        ClientOp::Ranges => match group.read_barrier().await {
-            Ok(()) => ClientReply::Ranges(
-                group.sm.shared.lock().expect("not poisoned").state.descriptors(),
-            ),
-            Err(ProposeError::NotLeader(l)) => ClientReply::NotLeader(l),
-            Err(ProposeError::Unknown(e)) => ClientReply::Unknown(e),
-        },
-        ClientOp::AllocGroupId => answer(group.propose(Command::AllocGroupId).await),
-        ClientOp::Report(descs) => answer(group.propose(Command::Report { descs }).await),
-        ClientOp::Heartbeat { .. } => ClientReply::Refused("served by the node".into()),
-        ClientOp::AddNode(node) => answer(group.propose(Command::AddNode { node }).await),
-        ClientOp::Drain(id) => answer(group.propose(Command::Drain { id }).await),
-        ClientOp::RemoveNode(id) => answer(group.propose(Command::RemoveNode { id }).await),
-        ClientOp::Nodes => match group.read_barrier().await {
-            Ok(()) => {
-                ClientReply::Nodes(group.sm.shared.lock().expect("not poisoned").state.nodes())
-            }
-            Err(ProposeError::NotLeader(l)) => ClientReply::NotLeader(l),
-            Err(ProposeError::Unknown(e)) => ClientReply::Unknown(e),
-        },
-        _ => ClientReply::Refused("data operation sent to the directory".into()),
     }
 }
 

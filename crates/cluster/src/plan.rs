@@ -2,6 +2,10 @@
 //! ranges' size and load, and the dead nodes, proposing at most one move.
 //!
 //! In order of urgency:
+//! 0. a voter of the **directory** on a draining, dead or unregistered node: removed if the
+//!    directory has more voters than the target, else moved to the lightest active node
+//!    lacking one (the directory moves off leaving nodes only, never for balance, and its
+//!    replica weighs nothing);
 //! 1. a range with more voters than the target (a move interrupted after its promotion):
 //!    drop the voter on a draining or dead node, else on the heaviest node (a node not
 //!    heard from yet counts as the heaviest);
@@ -28,8 +32,7 @@
 //!
 //! Active nodes: registered, not draining, not dead, and heard from by the current
 //! directory leader (a node it has not heard from yet is neither a target nor weighed: a
-//! new leader does not take a node that died before its time for an empty one). The
-//! directory group itself never moves.
+//! new leader does not take a node that died before its time for an empty one).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,6 +63,8 @@ pub struct View {
     /// Nodes the directory leader has not heard from yet (it became leader recently): not
     /// dead, but neither a target nor weighed, until heard from.
     pub unheard: BTreeSet<NodeId>,
+    /// The directory group's own descriptor (its voters), if it may move (case 0).
+    pub directory: Option<RangeDesc>,
 }
 
 /// The weight of each range (see the module doc).
@@ -103,6 +108,24 @@ pub fn plan(descs: &[RangeDesc], nodes: &[NodeInfo], replicas: usize, view: &Vie
             }
         }
     }
+    let lightest = |d: &RangeDesc| {
+        load.iter()
+            .filter(|(n, _)| !d.replicas.contains(n))
+            .min_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0)))
+            .map(|(n, _)| *n)
+    };
+    if let Some(dir) = &view.directory {
+        if let Some(from) = dir.replicas.iter().copied().find(|n| out(*n)) {
+            let to = if dir.replicas.len() > replicas.max(1) {
+                dir.replicas.iter().copied().find(|n| *n != from)
+            } else {
+                lightest(dir)
+            };
+            if let Some(to) = to {
+                return Some(Move { group: dir.id, from, to });
+            }
+        }
+    }
     let heavier = |a: &NodeId, b: &NodeId| {
         let w = |n: &NodeId| load.get(n).copied().unwrap_or(f64::INFINITY);
         w(a).total_cmp(&w(b)).then(b.cmp(a))
@@ -118,12 +141,6 @@ pub fn plan(descs: &[RangeDesc], nodes: &[NodeInfo], replicas: usize, view: &Vie
         let to = *d.replicas.iter().find(|n| **n != from)?;
         return Some(Move { group: d.id, from, to });
     }
-    let lightest = |d: &RangeDesc| {
-        load.iter()
-            .filter(|(n, _)| !d.replicas.contains(n))
-            .min_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0)))
-            .map(|(n, _)| *n)
-    };
     for d in descs {
         if let Some(from) = d.replicas.iter().copied().find(|n| out(*n)) {
             if let Some(to) = lightest(d) {
@@ -318,6 +335,39 @@ mod tests {
                 assert!(moves <= 3 * descs.len(), "seed {seed}: no end");
             }
         }
+    }
+
+    #[test]
+    fn the_directory_moves_off_leaving_nodes_only_and_first() {
+        let descs = vec![desc(1, &[1, 2, 3]), desc(2, &[2, 3, 4])];
+        let dir = desc(0, &[1, 2, 3]);
+        let with = |dead: &[NodeId]| View {
+            directory: Some(dir.clone()),
+            dead: dead.iter().copied().collect(),
+            ..View::default()
+        };
+        // Unbalanced by counts (node 5 empty), but only ranges move for balance.
+        let ns = nodes(&[1, 2, 3, 4, 5], &[]);
+        let m = plan(&descs, &ns, 3, &with(&[])).expect("a balancing move");
+        assert_ne!(m.group, 0, "{m:?}");
+        // A draining directory member: its directory replica moves first, to the lightest
+        // node lacking one (node 5, empty), before the range replicas on it.
+        let draining = nodes(&[1, 2, 3, 4, 5], &[2]);
+        assert_eq!(plan(&descs, &draining, 3, &with(&[])), Some(Move { group: 0, from: 2, to: 5 }));
+        // Dead, likewise; and unregistered (removed while a replica was being added).
+        assert_eq!(plan(&descs, &ns, 3, &with(&[3])), Some(Move { group: 0, from: 3, to: 5 }));
+        let without_1 = nodes(&[2, 3, 4, 5], &[]);
+        assert_eq!(plan(&descs, &without_1, 3, &with(&[])).map(|m| m.group), Some(0));
+        // More voters than the target (bootstrapped on 5 nodes, or a move cut short after
+        // its promotion): the leaving voter is only removed.
+        let five = View { directory: Some(desc(0, &[1, 2, 3, 4, 5])), ..View::default() };
+        assert_eq!(plan(&descs, &draining, 3, &five), Some(Move { group: 0, from: 2, to: 1 }));
+        // Nowhere to go (every active node holds one): the ranges' moves go on.
+        let three = nodes(&[1, 2, 3], &[3]);
+        let m = plan(&[desc(1, &[1, 2, 3])], &three, 3, &with(&[]));
+        assert_eq!(m, None);
+        // No directory in the view (as before): nothing of it is planned.
+        assert_eq!(plan(&descs, &draining, 3, &View::default()).map(|m| m.group), Some(1));
     }
 
     #[test]

@@ -223,6 +223,10 @@ impl RangeState {
         // tree's descriptors as the loop changes them.
         let mut all = self.descriptors();
         for d in descs {
+            if d.id == crate::types::DIRECTORY_GROUP {
+                // The directory's own descriptor is no range (see `dirroute`).
+                continue;
+            }
             let key = dir_key(&d.start);
             let held = all.iter().find(|h| h.start == d.start);
             if held.is_some_and(|h| h.id == d.id && !d.epoch.is_newer_than(&h.epoch)) {

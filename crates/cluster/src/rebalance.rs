@@ -5,7 +5,8 @@
 //! The driver runs at most one move at a time (a flag on the node), sends it to the range's
 //! leader (following not-leader hints) and waits for the answer; the plan is made again
 //! from the directory on the next report tick, so a lost answer only delays the next move.
-//! The directory group itself never moves.
+//! The directory group itself moves only off leaving nodes (case 0 of `plan`); that move
+//! is driven by the directory's leader, this node, like any group's (`moves`).
 
 use std::sync::atomic::Ordering;
 
@@ -45,12 +46,16 @@ impl Node {
     /// leader; returns the move and the leader's answer.
     pub async fn rebalance_once(&self) -> Option<(Move, ClientReply)> {
         let dir = self.group(DIRECTORY_GROUP)?;
-        let (descs, nodes) = {
+        let (descs, nodes, own) = {
             let s = dir.sm.shared.lock().expect("not poisoned");
-            (s.state.descriptors(), s.state.nodes())
+            (s.state.descriptors(), s.state.nodes(), s.state.desc.clone())
         };
         let m = plan(&descs, &nodes, self.opts.replicas, &self.directory_view(&nodes))?;
-        let desc = descs.iter().find(|d| d.id == m.group)?.clone();
+        let desc = if m.group == DIRECTORY_GROUP {
+            own
+        } else {
+            descs.iter().find(|d| d.id == m.group)?.clone()
+        };
         let reply = self.range_call(&desc, ClientOp::Move { from: m.from, to: m.to }).await;
         Some((m, reply))
     }

@@ -3,7 +3,8 @@
 //! and the Raft messages of its group.
 //!
 //! Guarantees: starts are serialized per node; an empty replica and a restarted one that
-//! is still quiet refuse to vote; a replica retired by a merge is never re-created.
+//! is still quiet refuse to vote; a replica retired by a merge is never re-created; a
+//! replica deleted here is re-created with the vote it had (its tombstone marker).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use crate::msg::{RaftReply, RaftRpc, SnapshotRpc};
 use crate::node::Node;
 use crate::raftnet::GroupNet;
 use crate::sm::{group_dir, GroupSm, LOG_FILE, SNAPSHOT_FILE};
-use crate::types::{typ, GroupId, NodeId, RangeDesc, DIRECTORY_GROUP};
+use crate::types::{typ, GroupId, NodeId, RangeDesc};
 
 impl Node {
     /// Starts group `g` from its files (no-op if running). A group without a snapshot file
@@ -83,9 +84,10 @@ impl Node {
         if let RaftRpc::Fetch(req) = &rpc {
             return self.serve_fetch(g, req);
         }
-        if self.group(g).is_none() && g != DIRECTORY_GROUP && !matches!(rpc, RaftRpc::Vote(_)) {
+        if self.group(g).is_none() && !matches!(rpc, RaftRpc::Vote(_)) {
             // A replica that missed its group's creation (it installed the parent's snapshot
-            // past the split, or was down): start it empty; the leader will send a snapshot.
+            // past the split, or was down), or a new learner of a range or of the directory
+            // (a move, see `moves`): start it empty; the leader will send a snapshot.
             // Never a group merged away here (see `merge_driver`).
             if let Some(refused) = crate::merge_driver::refuse_retired(&self.opts.dir, self.id, g) {
                 return refused;

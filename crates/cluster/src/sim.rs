@@ -66,9 +66,11 @@ pub struct SimOptions {
     pub moves: bool,
     /// Load measurement, load splits and dead-node detection of the nodes.
     pub load: crate::load::LoadOptions,
-    /// Stop node `.0` for good `.1` ms (virtual) into the workload; the run then waits
-    /// (up to 120 s) until no range names it, before the final reads.
-    pub kill: Option<(NodeId, u64)>,
+    /// Stop these nodes for good, one after the other: node `.0` is stopped `.1` ms
+    /// (virtual) after the run started (the first) or after no descriptor, of a range or of
+    /// the directory, names the one stopped before it; the run waits (up to 120 s each)
+    /// until none names any of them, before the final reads.
+    pub kills: Vec<(NodeId, u64)>,
 }
 
 impl SimOptions {
@@ -95,7 +97,7 @@ impl SimOptions {
             rebalance: false,
             moves: false,
             load: Default::default(),
-            kill: None,
+            kills: Vec::new(),
         }
     }
 }
@@ -107,6 +109,11 @@ pub struct SimReport {
     pub violations: Vec<String>,
     pub faults_injected: u64,
     pub ranges: Vec<RangeDesc>,
+    /// The directory's descriptor at the end (the newest among its live replicas).
+    pub directory: Option<RangeDesc>,
+    /// When each node of `SimOptions::kills` was stopped (nanoseconds of virtual time since
+    /// the start, as the history's times).
+    pub killed_at: Vec<(NodeId, u64)>,
     pub stats: ClientStats,
     pub messages: u64,
     pub unknown: u64,
@@ -170,13 +177,19 @@ async fn simulate(opts: SimOptions) -> SimReport {
     let mover = opts
         .moves
         .then(|| tokio::spawn(mover(net.clone(), opts.clone(), report.clone(), done.clone())));
-    let killer = opts.kill.map(|(victim, at)| {
-        let net = net.clone();
+    let killer = (!opts.kills.is_empty()).then(|| {
+        let (net, kills) = (net.clone(), opts.kills.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(at)).await;
-            if let Some(node) = net.detach(victim) {
-                node.shutdown().await;
+            let (mut late, mut at_ns) = (Vec::new(), Vec::new());
+            for (victim, at) in kills {
+                tokio::time::sleep(Duration::from_millis(at)).await;
+                if let Some(node) = net.detach(victim) {
+                    node.shutdown().await;
+                }
+                at_ns.push((victim, start.elapsed().as_nanos() as u64));
+                late.extend(forget(&net, victim, Duration::from_secs(120)).await.err());
             }
+            (late, at_ns)
         })
     });
     if opts.lagging_node {
@@ -206,9 +219,14 @@ async fn simulate(opts: SimOptions) -> SimReport {
         net.cut_from_peers(n, false);
     }
     let mut late = Vec::new();
-    if let (Some(task), Some((victim, _))) = (killer, opts.kill) {
-        task.await.expect("killer task");
-        late.extend(forget(&net, victim, Duration::from_secs(120)).await.err());
+    let mut killed_at = Vec::new();
+    if let Some(task) = killer {
+        let (missed, at) = task.await.expect("killer task");
+        late.extend(missed);
+        killed_at = at;
+        for &(victim, _) in &opts.kills {
+            late.extend(forget(&net, victim, Duration::from_secs(120)).await.err());
+        }
     }
     let converged = converge(&net, Duration::from_secs(20)).await;
     let mut reader = make_client(&opts, &net, opts.clients);
@@ -222,6 +240,8 @@ async fn simulate(opts: SimOptions) -> SimReport {
     r.violations.extend(overlaps.into_iter().chain(gaps).map(|v| format!("after healing: {v}")));
     r.ranges = newest_descs(&net).into_values().collect();
     r.ranges.sort_by(|a, b| a.start.cmp(&b.start));
+    r.directory = crate::simcheck::newest_directory(&net);
+    r.killed_at = killed_at;
     r.history = std::mem::take(&mut *history.lock().expect("not poisoned"));
     r.unknown = r.history.iter().filter(|o| o.ret.is_none()).count() as u64;
     r.stats = stats;
@@ -259,20 +279,17 @@ async fn simulate(opts: SimOptions) -> SimReport {
     r
 }
 
-/// Waits (virtual time) until no range names `victim` (a node stopped for good), or says
-/// which ranges still do after `limit`.
+/// Waits (virtual time) until no range and not the directory names `victim` (a node stopped
+/// for good), or says which groups still do after `limit`.
 async fn forget(net: &SimNet, victim: NodeId, limit: Duration) -> Result<(), String> {
     let start = Instant::now();
     loop {
-        let named: Vec<RangeDesc> = newest_descs(net)
-            .into_values()
-            .filter(|d| d.replicas.contains(&victim) || d.learners.contains(&victim))
-            .collect();
+        let named = crate::simcheck::named(net, victim);
         if named.is_empty() {
             return Ok(());
         }
         if start.elapsed() > limit {
-            return Err(format!("ranges still on dead node {victim} after {limit:?}: {named:?}"));
+            return Err(format!("groups still on dead node {victim} after {limit:?}: {named:?}"));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

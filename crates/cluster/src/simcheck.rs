@@ -25,6 +25,23 @@ pub fn newest_descs(net: &SimNet) -> BTreeMap<GroupId, RangeDesc> {
     all.iter().filter(|(_, d)| !superseded(d)).map(|(g, d)| (*g, d.clone())).collect()
 }
 
+/// The newest descriptor (highest `conf_ver`) of the directory group among its live
+/// replicas that applied anything.
+pub fn newest_directory(net: &SimNet) -> Option<RangeDesc> {
+    let live = net.live();
+    let replicas = live.iter().filter_map(|n| n.group(DIRECTORY_GROUP));
+    let applied = replicas.filter(|g| g.sm.shared.lock().expect("ok").last_applied.is_some());
+    applied.map(|g| g.sm.desc()).max_by_key(|d| d.epoch.conf_ver)
+}
+
+/// Whether the newest descriptors (of the ranges and of the directory) name `node`.
+pub fn named(net: &SimNet, node: NodeId) -> Vec<RangeDesc> {
+    let mut all: Vec<RangeDesc> = newest_descs(net).into_values().collect();
+    all.extend(newest_directory(net));
+    all.retain(|d| d.replicas.contains(&node) || d.learners.contains(&node));
+    all
+}
+
 fn newest_per_group(net: &SimNet) -> BTreeMap<GroupId, RangeDesc> {
     let mut newest: BTreeMap<GroupId, RangeDesc> = BTreeMap::new();
     for node in net.live() {
@@ -151,7 +168,7 @@ pub(crate) async fn chaos(
             )
         });
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        if opts.kill.is_some_and(|(k, _)| k == victim) {
+        if opts.kills.iter().any(|(k, _)| *k == victim) {
             continue; // stopped for good by the run, never restarted here
         }
         report.lock().expect("not poisoned").faults_injected += 1;
@@ -209,10 +226,12 @@ pub(crate) async fn mover(
     }
 }
 
-/// Whether every replica named by the newest descriptors hosts its group at one applied
-/// index with one root.
+/// Whether every replica named by the newest descriptors (the directory's too) hosts its
+/// group at one applied index with one root.
 fn converged(net: &SimNet) -> Result<(), String> {
-    for d in newest_descs(net).values() {
+    let mut descs: Vec<RangeDesc> = newest_descs(net).into_values().collect();
+    descs.extend(newest_directory(net));
+    for d in &descs {
         let mut states = Vec::new();
         for n in &d.replicas {
             let Some(g) = net.node(*n).and_then(|node| node.group(d.id)) else {

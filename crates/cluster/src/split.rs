@@ -15,9 +15,9 @@
 use std::sync::Arc;
 
 use crate::consensus::{Consensus, OpenraftGroup};
-use crate::msg::{ClientOp, ClientReply, ClientRequest, Message, Reply};
+use crate::msg::{ClientOp, ClientReply, ClientRequest};
 use crate::node::Node;
-use crate::types::{Command, Epoch, GroupId, NodeId, RangeDesc, Response, DIRECTORY_GROUP};
+use crate::types::{Command, Epoch, GroupId, RangeDesc, Response, DIRECTORY_GROUP};
 
 impl Node {
     /// One round of leader duties; `report` also sends every led range's descriptor, and
@@ -33,10 +33,7 @@ impl Node {
                 continue;
             }
             attest(&group).await;
-            if desc.id == DIRECTORY_GROUP {
-                continue;
-            }
-            if self.roll_back_learners(&group, &desc).await {
+            if self.roll_back_learners(&group, &desc).await || desc.id == DIRECTORY_GROUP {
                 continue;
             }
             if group.sm.shared.lock().expect("not poisoned").state.is_frozen() {
@@ -143,34 +140,6 @@ impl Node {
             }
         }
         None
-    }
-
-    /// The directory's replicas as this node knows them: from its own directory replica,
-    /// else the seeds it was started with.
-    pub fn directory_members(&self) -> Vec<NodeId> {
-        match self.group(DIRECTORY_GROUP) {
-            Some(g) => g.sm.desc().replicas.into_iter().collect(),
-            None => self.opts.seeds.clone(),
-        }
-    }
-
-    pub(crate) async fn directory_try(
-        &self,
-        n: NodeId,
-        req: &ClientRequest,
-    ) -> Option<ClientReply> {
-        let reply = if n == self.id {
-            self.handle_client(req.clone()).await
-        } else {
-            match self.transport.send(self.id, n, Message::Client(req.clone())).await {
-                Ok(Reply::Client(r)) => r,
-                _ => return None,
-            }
-        };
-        match reply {
-            ClientReply::NotLeader(_) | ClientReply::NoGroup | ClientReply::Unknown(_) => None,
-            r => Some(r),
-        }
     }
 }
 

@@ -183,37 +183,70 @@ fn random_moves_under_faults_keep_the_invariants() {
     assert!(moved > 0, "no move completed");
 }
 
+/// Nodes `kills` stop for good, one after the other (each once the one before is
+/// forgotten); every range and the directory end on 3 replicas, none on a stopped node.
+fn dead_nodes(seeds: std::ops::Range<u64>, nodes: u64, kills: &[(u64, u64)]) -> usize {
+    let mut ranges = 0;
+    for seed in seeds {
+        let dir = tempfile::tempdir().unwrap();
+        // BAVL_CLUSTER_DEAD_FAULTS=1: crashes, partitions and loss too (never of a victim).
+        let faults = std::env::var_os("BAVL_CLUSTER_DEAD_FAULTS").is_some();
+        let mut o = SimOptions { nodes, rebalance: true, ..options(seed, dir.path(), faults) };
+        o.kills = kills.to_vec();
+        o.load.dead_ticks = 10;
+        let r = run(o);
+        eprintln!(
+            "dead nodes {kills:?}, seed {seed}: ranges {} directory {:?} unknown {} stats {:?}",
+            r.ranges.len(),
+            r.directory.as_ref().map(|d| &d.replicas),
+            r.unknown,
+            r.stats
+        );
+        assert_sound(&r, &format!("dead nodes, seed {seed}"));
+        let directory = r.directory.clone().expect("a live directory replica");
+        for d in r.ranges.iter().chain([&directory]) {
+            assert_eq!(d.replicas.len(), 3, "seed {seed}: {d:?}");
+            assert!(kills.iter().all(|(k, _)| !d.replicas.contains(k)), "seed {seed}: {d:?}");
+        }
+        // Served after the last death: every final read (one per key) at least.
+        let last = r.killed_at.last().expect("the victims were stopped").1;
+        let after = r.history.iter().filter(|o| o.ret.is_some() && o.call > last).count();
+        assert!(after as u64 >= o_keys(), "seed {seed}: {after} operations after the last death");
+        ranges += r.ranges.len();
+    }
+    ranges
+}
+
+/// Keys of the options above (each read once at the end of a run).
+fn o_keys() -> u64 {
+    options(0, std::path::Path::new("."), false).keys
+}
+
 #[test]
 fn a_dead_node_is_replaced_and_its_ranges_re_replicated() {
     // Four nodes, three replicas per range; node 3 (a bootstrap member, holding a replica
     // of every range and of the directory) stops for good 1.5 s into the workload. The
     // directory leader counts it dead after 10 ticks (2 s) of silence, and the rebalancer
-    // re-creates each of its replicas elsewhere, one move at a time, while the clients run.
-    // BAVL_CLUSTER_DEAD_SEEDS=first..last runs a sweep (the default is two seeds).
+    // re-creates each of its replicas elsewhere, the directory's first, one move at a time,
+    // while the clients run. BAVL_CLUSTER_DEAD_SEEDS=first..last runs a sweep.
     let seeds = seeds_from_env("BAVL_CLUSTER_DEAD_SEEDS");
-    let mut moved = 0;
-    for seed in seeds.unwrap_or(51..53) {
-        let dir = tempfile::tempdir().unwrap();
-        // BAVL_CLUSTER_DEAD_FAULTS=1: crashes, partitions and loss too (never of node 3).
-        let faults = std::env::var_os("BAVL_CLUSTER_DEAD_FAULTS").is_some();
-        let mut o = SimOptions { nodes: 4, rebalance: true, ..options(seed, dir.path(), faults) };
-        o.kill = Some((3, 1500));
-        o.load.dead_ticks = 10;
-        let r = run(o);
-        eprintln!(
-            "dead node, seed {seed}: ranges {} unknown {} stats {:?}",
-            r.ranges.len(),
-            r.unknown,
-            r.stats
-        );
-        assert_sound(&r, &format!("dead node, seed {seed}"));
-        for d in &r.ranges {
-            assert_eq!(d.replicas.len(), 3, "seed {seed}: {d:?}");
-            assert!(!d.replicas.contains(&3), "seed {seed}: {d:?}");
-        }
-        moved += r.ranges.len();
-    }
-    assert!(moved >= 4, "too few ranges to say much");
+    let ranges = dead_nodes(seeds.unwrap_or(51..53), 4, &[(3, 1500)]);
+    assert!(ranges >= 4, "too few ranges to say much");
+}
+
+#[test]
+fn two_directory_members_die_one_after_the_other_and_the_cluster_serves_on() {
+    // Five nodes; nodes 3 and then 2, both bootstrap members of the directory and of the
+    // first range, stop for good (node 2 once nothing names node 3 any more). With the
+    // directory's replicas fixed, the second death left the directory without a quorum
+    // (1 of 3) and the cluster without routing, moves or splits; re-created elsewhere
+    // after the first, the directory and every range keep a quorum and end on nodes 1, 4
+    // and 5. The clients know only nodes 1-3, so after the second death every directory
+    // request they send goes to node 1 (or through it, if the directory left it).
+    // BAVL_CLUSTER_DEAD2_SEEDS=first..last runs a sweep.
+    let seeds = seeds_from_env("BAVL_CLUSTER_DEAD2_SEEDS");
+    let ranges = dead_nodes(seeds.unwrap_or(81..82), 5, &[(3, 1500), (2, 500)]);
+    assert!(ranges >= 2, "too few ranges to say much");
 }
 
 #[test]
