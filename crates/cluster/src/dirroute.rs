@@ -252,3 +252,46 @@ pub(crate) async fn directory_op(group: &OpenraftGroup, op: ClientOp) -> ClientR
         _ => ClientReply::Refused("data operation sent to the directory".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_known_directory_file_round_trips_and_is_read_defensively() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_known(dir.path()).unwrap(), None);
+        assert_eq!(load_known(dir.path(), 1), KnownDirectory::default());
+        let mut d = RangeDesc::whole(DIRECTORY_GROUP, [1, 4, 5].into());
+        d.epoch.conf_ver = 6;
+        let members = vec![NodeInfo { id: 4, addr: "127.0.0.1:7004".into(), draining: false }];
+        let known = KnownDirectory { directory: Some(d), members };
+        write_known(dir.path(), &known).unwrap();
+        assert_eq!(read_known(dir.path()).unwrap(), Some(known.clone()));
+        assert_eq!(load_known(dir.path(), 1), known);
+        // Damaged or oversized: an error to read, nothing known to a starting node.
+        let path = dir.path().join(KNOWN_FILE);
+        std::fs::write(&path, b"{\"directory\": 7").unwrap();
+        let e = read_known(dir.path()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(load_known(dir.path(), 1), KnownDirectory::default());
+        std::fs::write(&path, vec![b' '; MAX_KNOWN_BYTES as usize + 1]).unwrap();
+        let e = read_known(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("over"), "{e}");
+    }
+
+    /// The new variants come last in their enums (docs/cluster.md section 3).
+    #[test]
+    fn forwarding_and_heard_encode_as_the_docs_say() {
+        use crate::codec::encode;
+        assert_eq!(encode(&ClientOp::Forwarded(Box::new(ClientOp::Nodes))).unwrap(), [21, 12]);
+        let heard = ClientReply::Heard {
+            directory: RangeDesc::whole(DIRECTORY_GROUP, [2].into()),
+            members: vec![NodeInfo { id: 2, addr: "a".into(), draining: false }],
+        };
+        // Variant 17; the descriptor: id 0, start and end empty, epoch (0, 0), voters [2],
+        // learners []; then one node: id 2, address "a", not draining.
+        let expect = [17, 0, 0, 0, 0, 0, 1, 2, 0, 1, 2, 1, b'a', 0];
+        assert_eq!(encode(&heard).unwrap(), expect);
+    }
+}

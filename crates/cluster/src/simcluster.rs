@@ -11,7 +11,7 @@ use crate::node::Node;
 use crate::sim::{node_options, SimOptions};
 use crate::simcheck::{converge, newest_descs, tiling};
 use crate::simnet::SimNet;
-use crate::types::{GroupId, NodeId, NodeInfo, RangeDesc};
+use crate::types::{GroupId, NodeId, NodeInfo, RangeDesc, DIRECTORY_GROUP};
 
 /// Nodes `1..=opts.nodes` on one simulated network.
 pub struct SimCluster {
@@ -61,6 +61,12 @@ impl SimCluster {
             Some(ClientReply::Done) => Ok(()),
             other => Err(std::io::Error::other(format!("cannot {what} node {id}: {other:?}"))),
         }
+    }
+
+    /// The directory's descriptor as its leader holds it (waiting up to 10 s for one).
+    pub async fn directory(&self) -> Option<RangeDesc> {
+        let (_, group) = self.leader(DIRECTORY_GROUP, Duration::from_secs(10)).await?;
+        Some(group.sm.desc())
     }
 
     /// The number of range replicas (not the directory's) each live node hosts.

@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use bavl_cluster::client::{ClientError, ClientOptions};
+use bavl_cluster::client::{Client, ClientError, ClientOptions};
 use bavl_cluster::consensus::Consensus;
 use bavl_cluster::sim::{runtime, SimOptions};
 use bavl_cluster::simcluster::SimCluster;
-use bavl_cluster::types::NodeId;
+use bavl_cluster::msg::{ClientOp, ClientReply, ClientRequest};
+use bavl_cluster::types::{NodeId, DIRECTORY_GROUP};
 
 fn key(i: u32) -> Vec<u8> {
     format!("key{i:04}").into_bytes()
@@ -138,8 +139,11 @@ fn the_rebalancer_fills_an_added_node_and_empties_a_drained_one() {
     runtime().block_on(rebalance());
 }
 
-/// A node is removed from the directory's list only once drained, and only if it holds no
-/// replica of the directory; removed, it receives nothing, and the cluster serves on.
+/// A node is removed from the directory's list only once drained: its range replicas and,
+/// a bootstrap member, its directory replica moved away. Removed, it receives nothing, the
+/// cluster serves on, and a client that knows only the removed node (still running) is
+/// served too: the node passes directory operations on to the members it learned, which it
+/// also finds again after a restart (its `directory.json`), though its seeds are stale.
 #[test]
 fn a_drained_node_is_removed_and_receives_nothing_after() {
     runtime().block_on(async {
@@ -157,24 +161,62 @@ fn a_drained_node_is_removed_and_receives_nothing_after() {
             let e = r.expect_err("refused").to_string();
             assert!(e.contains(why), "{e}");
         };
-        refused(cluster.remove_node(5).await, "not draining");
+        refused(cluster.remove_node(2).await, "not draining");
+        let before = cluster.directory().await.expect("the directory's descriptor");
+        assert!(before.replicas.contains(&2), "{before:?}");
         cluster.drain(2).await.unwrap();
-        refused(cluster.remove_node(2).await, "directory");
-        cluster.add_node(2).await.unwrap(); // back to active (re-adding clears draining)
-        cluster.drain(5).await.unwrap();
-        wait_for(&cluster, "node 5 drained", |c| c.iter().any(|x| x.0 == 5 && x.1 == 0)).await;
+        refused(cluster.remove_node(2).await, "its drain has not finished");
+        let node2 = cluster.net.node(2).unwrap();
+        let start = tokio::time::Instant::now();
+        while !node2.groups().is_empty() {
+            let held: Vec<_> = node2.groups().iter().map(|g| g.sm.desc().id).collect();
+            assert!(start.elapsed() < Duration::from_secs(120), "node 2 still holds {held:?}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         cluster.converge(Duration::from_secs(20)).await.unwrap();
-        cluster.remove_node(5).await.unwrap();
-        refused(cluster.remove_node(5).await, "not registered");
-        // More keys, more splits: nothing goes to node 5 any more.
-        write(&cluster, 160..260).await;
+        let after = cluster.directory().await.expect("the directory's descriptor");
+        assert_eq!(after.replicas.len(), 3, "{after:?}");
+        assert!(!after.replicas.contains(&2) && after.learners.is_empty(), "{after:?}");
+        // Three configuration changes, as a range's move.
+        assert_eq!(after.epoch.conf_ver, before.epoch.conf_ver + 3, "{after:?}");
+        cluster.remove_node(2).await.unwrap();
+        refused(cluster.remove_node(2).await, "not registered");
+        // More keys, more splits, through a client that knows only node 2: nothing goes
+        // to node 2 any more, and every directory request it sends node 2 passes on.
+        let mut via2 = Client::new(8, vec![2], cluster.net.clone(), ClientOptions::default());
+        for i in 160..260u32 {
+            via2.put(&key(i), &i.to_be_bytes()).await.expect("a put through node 2");
+        }
+        assert!(via2.stats.directory_lookups > 0, "{:?}", via2.stats);
+        // Passed on once only: a forwarded request is not passed on again, and one
+        // forwarded twice is refused (no loop, whatever the nodes' lists say).
+        let forwarded = |op: ClientOp| ClientRequest {
+            group: DIRECTORY_GROUP,
+            epoch: Default::default(),
+            op: ClientOp::Forwarded(Box::new(op)),
+        };
+        assert_eq!(node2.handle_client(forwarded(ClientOp::Nodes)).await, ClientReply::NoGroup);
+        let twice = forwarded(ClientOp::Forwarded(Box::new(ClientOp::Nodes)));
+        let member = cluster.net.node(*after.replicas.first().unwrap()).unwrap();
+        assert!(matches!(member.handle_client(twice).await, ClientReply::Refused(_)));
         cluster.converge(Duration::from_secs(20)).await.unwrap();
         let (ranges, problems) = cluster.ranges();
         assert!(problems.is_empty(), "{problems:?}");
-        assert!(ranges.iter().all(|d| d.replicas.len() == 3 && !d.replicas.contains(&5)));
-        let on5 = cluster.replica_counts().into_iter().find(|x| x.0 == 5).map_or(0, |x| x.1);
-        assert_eq!(on5, 0, "node 5 was given a replica after its removal");
-        read_back(&cluster, 260).await;
+        assert!(ranges.iter().all(|d| d.replicas.len() == 3 && !d.replicas.contains(&2)));
+        assert!(node2.groups().is_empty(), "node 2 was given a replica after its removal");
+        for i in 0..260 {
+            let got = via2.get(&key(i)).await.unwrap();
+            assert_eq!(got, Some(i.to_be_bytes().to_vec()), "key {i}");
+        }
+        // Restarted, node 2 finds the directory where it now is, not among its seeds.
+        cluster.crash(2).await;
+        cluster.restart(2).await.unwrap();
+        let mut members = cluster.net.node(2).unwrap().directory_members();
+        members.sort_unstable();
+        let now = cluster.directory().await.unwrap();
+        assert_eq!(members, now.replicas.iter().copied().collect::<Vec<_>>());
+        let mut again = Client::new(9, vec![2], cluster.net.clone(), ClientOptions::default());
+        assert_eq!(again.ranges().await.map(|r| r.len()), Some(ranges.len()));
         cluster.shutdown().await;
     });
 }

@@ -116,7 +116,9 @@ fn class(msg: &Message) -> &'static str {
             RaftRpc::Snapshot(_) => "raft_snapshot",
             RaftRpc::Fetch(_) => "raft_fetch",
         },
-        Message::Client(req) if req.group == DIRECTORY_GROUP => match req.op {
+        Message::Client(req) if req.group == DIRECTORY_GROUP => match &req.op {
+            // Passed on by a node holding no directory replica (bavl_cluster::dirroute).
+            ClientOp::Forwarded(_) => "dir_forwarded",
             ClientOp::Lookup(_) => "dir_lookup",
             ClientOp::Ranges => "dir_read",
             // Node liveness and range stats, kept in the directory leader's memory (no log

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use anyhow::{bail, Context};
 use bavl_cluster::client::Client;
 use bavl_cluster::msg::{ClientOp, ClientReply, ReplicaInfo};
-use bavl_cluster::types::{NodeId, NodeInfo, RangeDesc};
+use bavl_cluster::types::{NodeId, NodeInfo, RangeDesc, DIRECTORY_GROUP};
 
 use crate::cli::{client_for, Peers};
 
@@ -49,10 +49,40 @@ pub async fn remove_node(peers: &Peers, id: NodeId) -> anyhow::Result<()> {
     }
 }
 
+/// The directory group's descriptor as its leader holds it, and what its replicas say,
+/// asking `Info` of group 0 from each of `nodes` (the directory holds no descriptor of
+/// itself: it moves, see docs/cluster.md section 8).
+pub async fn directory_row(
+    c: &mut Client,
+    nodes: &[NodeId],
+) -> Option<(RangeDesc, Vec<ReplicaInfo>)> {
+    let mut seen = Vec::new();
+    for n in nodes {
+        if let Some(i) = c.info(*n, DIRECTORY_GROUP).await {
+            seen.push(i);
+        }
+    }
+    let newest = seen.iter().map(|i| &i.desc).max_by_key(|d| d.epoch.conf_ver)?.clone();
+    let led = seen.iter().find(|i| i.leader == Some(i.node)).map(|i| i.desc.clone());
+    let desc = led.unwrap_or(newest);
+    seen.retain(|i| desc.replicas.contains(&i.node) || desc.learners.contains(&i.node));
+    Some((desc, seen))
+}
+
 pub async fn status(peers: &Peers) -> anyhow::Result<()> {
     let mut c = client(peers)?;
     let ranges = c.ranges().await.context("no node answered for the directory")?;
+    let nodes = match c.directory(ClientOp::Nodes).await {
+        Some(ClientReply::Nodes(nodes)) => nodes,
+        _ => Vec::new(),
+    };
+    let mut ids: Vec<NodeId> = peers.parse()?.keys().copied().collect();
+    ids.extend(nodes.iter().map(|n| n.id));
+    ids.sort_unstable();
+    ids.dedup();
     let mut rows = Vec::new();
+    let directory = directory_row(&mut c, &ids).await;
+    rows.extend(directory.clone());
     for d in &ranges {
         let mut infos = Vec::new();
         for n in d.replicas.iter().chain(&d.learners) {
@@ -63,14 +93,16 @@ pub async fn status(peers: &Peers) -> anyhow::Result<()> {
         rows.push((d.clone(), infos));
     }
     print_status(&rows);
-    if let Some(ClientReply::Nodes(nodes)) = c.directory(ClientOp::Nodes).await {
+    if !nodes.is_empty() {
         println!("nodes:");
-        for n in nodes {
-            let hosted = ranges.iter().filter(|d| d.replicas.contains(&n.id)).count();
-            let state = if n.draining { "draining" } else { "active" };
-            let addr = if n.addr.is_empty() { "-" } else { n.addr.as_str() };
-            println!("  {:>4}  {addr:<22} {state:<9} {hosted} range replicas", n.id);
-        }
+    }
+    for n in nodes {
+        let hosted = ranges.iter().filter(|d| d.replicas.contains(&n.id)).count();
+        let state = if n.draining { "draining" } else { "active" };
+        let addr = if n.addr.is_empty() { "-" } else { n.addr.as_str() };
+        let dir = directory.as_ref().is_some_and(|(d, _)| d.replicas.contains(&n.id));
+        let dir = if dir { ", a directory replica" } else { "" };
+        println!("  {:>4}  {addr:<22} {state:<9} {hosted} range replicas{dir}", n.id);
     }
     Ok(())
 }
@@ -83,7 +115,8 @@ fn show(k: &[u8]) -> String {
     }
 }
 
-/// One line per range: the directory's descriptor, with what its replicas say.
+/// One line per group (group 0: the directory itself, spanning no keys of the ranges): the
+/// directory's descriptor, with what its replicas say.
 pub fn print_status(rows: &[(RangeDesc, Vec<ReplicaInfo>)]) {
     println!(
         "{:>5}  {:>16}  {:>16}  {:>7}  {:>6}  {:<12} {:<8} {:>7}  applied",

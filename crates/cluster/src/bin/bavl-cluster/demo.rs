@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use bavl_cluster::client::Client;
 use bavl_cluster::msg::{ClientOp, ClientReply};
-use bavl_cluster::types::{NodeId, NodeInfo};
+use bavl_cluster::types::{NodeId, NodeInfo, RangeDesc};
 
 /// Node processes `1..=n` listening on `base_port + id`.
 pub struct LocalCluster {
@@ -153,7 +153,28 @@ pub async fn run(
     write(&mut client, &mut model, three_quarters..keys).await;
     let moved = wait_balanced(&mut client, new).await;
     println!("node {new} holds {moved} range replicas; reading every key back");
-    let (checked, wrong) = verify(&mut client, &model).await;
+    let (mut checked, mut wrong) = verify(&mut client, &model).await;
+    if nodes >= 3 {
+        // A bootstrap node leaves for good: drained (its directory replica moves with its
+        // range replicas), removed from the directory's list, stopped; every key read again.
+        let gone = 2;
+        let ids: Vec<NodeId> = (1..=new).collect();
+        match client.directory(ClientOp::Drain(gone)).await {
+            Some(ClientReply::Done) => println!("draining node {gone} (a directory replica)"),
+            other => bail!("node {gone} was not drained: {other:?}"),
+        }
+        if !wait_drained(&mut client, &ids, gone).await {
+            bail!("node {gone} still holds replicas after 2 minutes");
+        }
+        match client.directory(ClientOp::RemoveNode(gone)).await {
+            Some(ClientReply::Done) => println!("removed node {gone} and stopped it"),
+            other => bail!("node {gone} was not removed: {other:?}"),
+        }
+        cluster.kill(gone);
+        let (c, w) = verify(&mut client, &model).await;
+        println!("read every key back without node {gone}: {c} checked, {w} wrong");
+        (checked, wrong) = (checked + c, wrong + w);
+    }
     crate::admin::status(&crate::cli::Peers::from_list(&cluster.peers)).await?;
     let s = &client.stats;
     let unknown = model.values().filter(|(_, sure)| !sure).count();
@@ -203,6 +224,32 @@ async fn wait_balanced(client: &mut Client, new: NodeId) -> usize {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Waits (up to 2 minutes) until neither a range nor the directory names node `id`.
+async fn wait_drained(client: &mut Client, ids: &[NodeId], id: NodeId) -> bool {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < Duration::from_secs(120) {
+        let named = |d: &RangeDesc| d.replicas.contains(&id) || d.learners.contains(&id);
+        let ranges = client.ranges().await.unwrap_or_default();
+        let on = ranges.iter().filter(|d| named(d)).count();
+        let dir = crate::admin::directory_row(client, ids).await.map(|(d, _)| d);
+        let dir_on = dir.as_ref().is_none_or(named);
+        if last != Some((on, dir_on)) {
+            let voters = dir.map(|d| d.replicas);
+            println!(
+                "  {:>5.1?}: node {id} holds {on} range replicas; directory voters {voters:?}",
+                start.elapsed()
+            );
+            last = Some((on, dir_on));
+        }
+        if on == 0 && !dir_on {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    false
 }
 
 fn sorted(load: &HashMap<NodeId, usize>) -> Vec<(NodeId, usize)> {
