@@ -8,8 +8,14 @@
 //! On `Stale` the client drops the one cache entry it used and keeps the replica's current
 //! descriptor (DynaTree's step-by-step invalidation); a key the cache does not cover is
 //! looked up in the directory. With `no_cache`, every request asks the directory first.
+//!
+//! The nodes a client is given are where it starts: the first time a descriptor names a
+//! node it has not met, it asks the directory for the node list once, learns every
+//! registered node's address and asks all of them for the directory from then on, so it
+//! follows ranges and the directory onto nodes added after it started, and keeps finding
+//! the directory after the nodes it was given left.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,6 +87,8 @@ pub struct ClientStats {
 pub struct Client {
     pub id: u64,
     nodes: Vec<NodeId>,
+    /// Nodes met so far (given, learned, or listed by the directory).
+    met: BTreeSet<NodeId>,
     transport: Arc<dyn Transport>,
     opts: ClientOptions,
     cache: BTreeMap<Vec<u8>, RangeDesc>,
@@ -99,6 +107,7 @@ impl Client {
         let cache = BTreeMap::new();
         Client {
             id,
+            met: nodes.iter().copied().collect(),
             nodes,
             transport,
             opts,
@@ -202,6 +211,7 @@ impl Client {
                 self.leaders.remove(&desc.id);
             }
             let target = self.target(&desc, attempt + self.stats.ops as u32);
+            self.meet(target).await;
             let req = ClientRequest { group: desc.id, epoch: desc.epoch, op: op.clone() };
             let sent = tokio::time::timeout(
                 self.opts.timeout,
@@ -340,9 +350,34 @@ impl Client {
         None
     }
 
-    /// Tells the transport where node `id` listens (a node added after the client started).
+    /// Tells the transport where node `id` listens (a node added after the client started),
+    /// and asks it for the directory too from now on.
     pub fn learn(&mut self, id: NodeId, addr: &str) {
         self.transport.learn(id, addr);
+        self.met.insert(id);
+        if !self.nodes.contains(&id) {
+            self.nodes.push(id);
+        }
+    }
+
+    /// The first time `node` is met: the directory's node list, every address in it
+    /// learned (see the module doc). A node the list lacks is met all the same (it is not
+    /// asked about again).
+    async fn meet(&mut self, node: NodeId) {
+        if !self.met.insert(node) {
+            return;
+        }
+        if let Some(ClientReply::Nodes(list)) = self.directory(ClientOp::Nodes).await {
+            for n in list {
+                if !n.addr.is_empty() {
+                    self.transport.learn(n.id, &n.addr);
+                }
+                self.met.insert(n.id);
+                if !self.nodes.contains(&n.id) {
+                    self.nodes.push(n.id);
+                }
+            }
+        }
     }
 
     /// What node `node` holds of group `g` (no read barrier), if it answers.

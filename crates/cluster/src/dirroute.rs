@@ -65,7 +65,9 @@ pub fn read_known(node_dir: &Path) -> std::io::Result<Option<KnownDirectory>> {
     }
     let mut bytes = Vec::with_capacity(len as usize);
     std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_KNOWN_BYTES), &mut bytes)?;
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| invalid(format!("{}: {e}", path.display())))
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| invalid(format!("{}: {e}", path.display())))
 }
 
 /// Writes `directory.json` of `node_dir` atomically (temp file, sync, rename).

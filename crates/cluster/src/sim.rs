@@ -120,6 +120,8 @@ pub struct SimReport {
     /// Random moves started, and those that completed.
     pub moves_tried: u64,
     pub moves_done: u64,
+    /// Of the completed random moves, those of a directory replica.
+    pub directory_moves: u64,
     /// Snapshot fetches (see `fetch`) of live nodes: completed, of which from more than one
     /// source, and failed (offers refused, to be offered again).
     pub fetches: u64,

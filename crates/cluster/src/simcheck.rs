@@ -192,8 +192,9 @@ pub(crate) async fn chaos(
     }
 }
 
-/// Moves a random replica of a random range to a random other node, one move at a time,
-/// every 0.5-2 s (virtual), until `done`; a move is abandoned after 10 s.
+/// Moves a random replica of a random group (a range, or the directory) to a random other
+/// node, one move at a time, every 0.5-2 s (virtual), until `done`; a move is abandoned
+/// after 10 s.
 pub(crate) async fn mover(
     net: Arc<SimNet>,
     opts: SimOptions,
@@ -203,7 +204,8 @@ pub(crate) async fn mover(
     while !done.load(Ordering::SeqCst) {
         let (pause, pick) = net.draw(|r| (r.gen_range(500..2000), r.gen::<u64>()));
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        let descs: Vec<RangeDesc> = newest_descs(&net).into_values().collect();
+        let mut descs: Vec<RangeDesc> = newest_descs(&net).into_values().collect();
+        descs.extend(newest_directory(&net));
         let Some(d) = descs.get(pick as usize % descs.len().max(1)) else { continue };
         let voters: Vec<NodeId> = d.replicas.iter().copied().collect();
         let targets: Vec<NodeId> = (1..=opts.nodes).filter(|n| !d.replicas.contains(n)).collect();
@@ -221,7 +223,9 @@ pub(crate) async fn mover(
             tokio::time::timeout(Duration::from_secs(10), leader.move_replica(d.id, from, to))
                 .await;
         if matches!(moved, Ok(Ok(_))) {
-            report.lock().expect("not poisoned").moves_done += 1;
+            let mut r = report.lock().expect("not poisoned");
+            r.moves_done += 1;
+            r.directory_moves += u64::from(d.id == DIRECTORY_GROUP);
         }
     }
 }

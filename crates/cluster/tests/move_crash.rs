@@ -1,7 +1,8 @@
-//! A node killed at each step of a move (the range's leader, the replica being moved away,
-//! or the target): the move is then finished by whoever leads, and the cluster converges —
-//! every replica at one applied index and root, the ranges tiling the key space, the old
-//! replica deleted, the directory up to date — with every acknowledged write read back.
+//! A node killed at each step of a move (the group's leader, the replica being moved away,
+//! or the target), of a range's replica and of the directory's: the move is then finished
+//! by whoever leads, and the cluster converges — every replica at one applied index and
+//! root, the ranges tiling the key space, the old replica deleted, the directory up to date
+//! — with every acknowledged write read back.
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use bavl_cluster::consensus::Consensus;
 use bavl_cluster::sim::{runtime, SimOptions};
 use bavl_cluster::simcluster::SimCluster;
 use bavl_cluster::simnet::Faults;
-use bavl_cluster::types::NodeId;
+use bavl_cluster::types::{GroupId, NodeId, DIRECTORY_GROUP};
 
 #[derive(Clone, Copy, Debug)]
 enum Step {
@@ -41,8 +42,10 @@ fn key(i: u32) -> Vec<u8> {
     format!("key{i:04}").into_bytes()
 }
 
-async fn scenario(step: Step, victim: Victim) {
-    let label = format!("{step:?}/{victim:?}");
+/// Moves group `g`'s replica on a follower to node 4 (the range's, `g` = 1, or the
+/// directory's), killing `victim` at `step`.
+async fn scenario(g: GroupId, step: Step, victim: Victim) {
+    let label = format!("group {g}: {step:?}/{victim:?}");
     let dir = tempfile::tempdir().unwrap();
     let opts = SimOptions {
         nodes: 4,
@@ -58,7 +61,7 @@ async fn scenario(step: Step, victim: Victim) {
         client.put(&key(i), &i.to_be_bytes()).await.unwrap();
         acked.push(i);
     }
-    let (leader, group) = cluster.leader(1, Duration::from_secs(5)).await.expect("a leader");
+    let (leader, group) = cluster.leader(g, Duration::from_secs(5)).await.expect("a leader");
     let from = *group.sm.desc().replicas.iter().find(|n| **n != leader.id).unwrap();
     leader.move_add_learner(&group, TARGET).await.expect("learner added");
     if !matches!(step, Step::DuringSnapshot) {
@@ -84,7 +87,7 @@ async fn scenario(step: Step, victim: Victim) {
     let installed = cluster
         .net
         .node(TARGET)
-        .and_then(|n| n.group(1))
+        .and_then(|n| n.group(g))
         .is_some_and(|g| g.sm.shared.lock().unwrap().last_applied.is_some());
     if matches!(step, Step::DuringSnapshot) {
         // The kill must really fall inside the transfer.
@@ -104,8 +107,8 @@ async fn scenario(step: Step, victim: Victim) {
     loop {
         attempts += 1;
         assert!(attempts < 40, "{label}: the move never completed");
-        if let Some((l, _)) = cluster.leader(1, Duration::from_secs(5)).await {
-            if l.move_replica(1, from, TARGET).await.is_ok() {
+        if let Some((l, _)) = cluster.leader(g, Duration::from_secs(5)).await {
+            if l.move_replica(g, from, TARGET).await.is_ok() {
                 break;
             }
         }
@@ -118,8 +121,13 @@ async fn scenario(step: Step, victim: Victim) {
     let mut expect = group.sm.desc().replicas;
     expect.retain(|n| *n != from);
     expect.insert(TARGET);
-    assert_eq!(ranges[0].replicas, expect, "{label}");
-    assert!(ranges[0].learners.is_empty(), "{label}: {ranges:?}");
+    let moved = if g == DIRECTORY_GROUP {
+        cluster.directory().await.expect("the directory's descriptor")
+    } else {
+        ranges[0].clone()
+    };
+    assert_eq!(moved.replicas, expect, "{label}");
+    assert!(moved.learners.is_empty(), "{label}: {moved:?}");
     let mut cold =
         cluster.client(2, ClientOptions { max_attempts: 100, ..ClientOptions::default() });
     for i in &acked {
@@ -129,8 +137,13 @@ async fn scenario(step: Step, victim: Victim) {
     // Eventually the old replica is gone and the directory holds the new descriptor.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let gone = cluster.net.node(from).is_some_and(|n| n.group(1).is_none());
-        let listed = cold.ranges().await.is_some_and(|r| r.len() == 1 && r[0].replicas == expect);
+        let gone = cluster.net.node(from).is_some_and(|n| n.group(g).is_none());
+        let listed = if g == DIRECTORY_GROUP {
+            // The directory holds no descriptor of itself: its leader's is the one.
+            cluster.directory().await.is_some_and(|d| d.replicas == expect)
+        } else {
+            cold.ranges().await.is_some_and(|r| r.len() == 1 && r[0].replicas == expect)
+        };
         if gone && listed {
             break;
         }
@@ -140,23 +153,35 @@ async fn scenario(step: Step, victim: Victim) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let (l, _) = cluster.leader(1, Duration::from_secs(5)).await.unwrap();
-    assert!(l.group(1).unwrap().leader() == Some(l.id));
+    let (l, _) = cluster.leader(g, Duration::from_secs(5)).await.unwrap();
+    assert!(l.group(g).unwrap().leader() == Some(l.id));
     cluster.shutdown().await;
 }
 
+const STEPS: [Step; 5] = [
+    Step::AfterLearner,
+    Step::DuringSnapshot,
+    Step::AfterPromotion,
+    Step::DuringRemoval,
+    Step::BeforeDirectoryUpdate,
+];
+
 #[test]
 fn killing_a_node_at_each_step_of_a_move_loses_nothing() {
-    let steps = [
-        Step::AfterLearner,
-        Step::DuringSnapshot,
-        Step::AfterPromotion,
-        Step::DuringRemoval,
-        Step::BeforeDirectoryUpdate,
-    ];
-    for step in steps {
+    for step in STEPS {
         for victim in [Victim::Leader, Victim::Source, Victim::Target] {
-            runtime().block_on(scenario(step, victim));
+            runtime().block_on(scenario(1, step, victim));
+        }
+    }
+}
+
+/// The same for a replica of the directory (its leader drives the move; a killed leader
+/// leaves routing, splits and the move to the next one).
+#[test]
+fn killing_a_node_at_each_step_of_a_directory_move_loses_nothing() {
+    for step in STEPS {
+        for victim in [Victim::Leader, Victim::Source, Victim::Target] {
+            runtime().block_on(scenario(DIRECTORY_GROUP, step, victim));
         }
     }
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use bavl_cluster::client::{Client, ClientError, ClientOptions};
 use bavl_cluster::consensus::Consensus;
+use bavl_cluster::msg::{ClientOp, ClientReply, ClientRequest};
 use bavl_cluster::sim::{runtime, SimOptions};
 use bavl_cluster::simcluster::SimCluster;
-use bavl_cluster::msg::{ClientOp, ClientReply, ClientRequest};
 use bavl_cluster::types::{NodeId, DIRECTORY_GROUP};
 
 fn key(i: u32) -> Vec<u8> {
@@ -217,6 +217,12 @@ fn a_drained_node_is_removed_and_receives_nothing_after() {
         assert_eq!(members, now.replicas.iter().copied().collect::<Vec<_>>());
         let mut again = Client::new(9, vec![2], cluster.net.clone(), ClientOptions::default());
         assert_eq!(again.ranges().await.map(|r| r.len()), Some(ranges.len()));
+        // Node 2 gone for good: the client given only node 2 met the others through the
+        // directory's node list, and goes on without it.
+        cluster.crash(2).await;
+        assert_eq!(via2.ranges().await.map(|r| r.len()), Some(ranges.len()));
+        via2.put(&key(260), b"after").await.expect("a put without node 2");
+        assert_eq!(via2.get(&key(260)).await.unwrap(), Some(b"after".to_vec()));
         cluster.shutdown().await;
     });
 }

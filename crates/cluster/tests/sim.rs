@@ -160,12 +160,13 @@ fn random_moves_under_faults_keep_the_invariants() {
         let o = SimOptions { nodes: 4, moves: true, ..options(seed, dir.path(), true) };
         let r = run(o);
         eprintln!(
-            "seed {seed}: ranges {} faults {} moves {}/{} unknown {} fetches {} ({} multi-source, \
-             {} failed) stats {:?}",
+            "seed {seed}: ranges {} faults {} moves {}/{} ({} of the directory) unknown {} \
+             fetches {} ({} multi-source, {} failed) stats {:?}",
             r.ranges.len(),
             r.faults_injected,
             r.moves_done,
             r.moves_tried,
+            r.directory_moves,
             r.unknown,
             r.fetches,
             r.fetches_multi_source,
