@@ -382,10 +382,19 @@ impl Client {
 
     /// What node `node` holds of group `g` (no read barrier), if it answers.
     pub async fn info(&mut self, node: NodeId, g: GroupId) -> Option<ReplicaInfo> {
-        let req = ClientRequest { group: g, epoch: Epoch::default(), op: ClientOp::Info };
+        match self.ask(node, g, ClientOp::Info).await {
+            Some(ClientReply::Info(i)) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Sends one request for group `g` to node `node` alone (no routing, no retry): its
+    /// answer, if any within the timeout.
+    pub async fn ask(&mut self, node: NodeId, g: GroupId, op: ClientOp) -> Option<ClientReply> {
+        let req = ClientRequest { group: g, epoch: Epoch::default(), op };
         let sent = self.transport.send(self.id, node, Message::Client(req));
         match tokio::time::timeout(self.opts.timeout, sent).await {
-            Ok(Ok(Reply::Client(ClientReply::Info(i)))) => Some(i),
+            Ok(Ok(Reply::Client(r))) => Some(r),
             _ => None,
         }
     }

@@ -237,15 +237,34 @@ fn converged(net: &SimNet) -> Result<(), String> {
     descs.extend(newest_directory(net));
     for d in &descs {
         let mut states = Vec::new();
+        let mut seen = Vec::new();
         for n in &d.replicas {
             let Some(g) = net.node(*n).and_then(|node| node.group(d.id)) else {
                 return Err(format!("group {} has no replica on node {n}", d.id));
             };
+            let m = g.raft.metrics().borrow().clone();
             let mut s = g.sm.shared.lock().expect("not poisoned");
-            states.push((s.last_applied.map(|l| l.index), s.state.tree.root_hash()));
+            let root = s.state.tree.root_hash();
+            states.push((s.last_applied.map(|l| l.index), root));
+            // What a failed convergence says of each replica, to tell why it lags.
+            seen.push(format!(
+                "node {n}: applied {:?} root {} {:?} term {} leader {:?} last log {:?} \
+                 snapshot {:?} purged {:?} membership {:?} running {} replication {:?}",
+                s.last_applied.map(|l| l.index),
+                hex::encode(&root[..4]),
+                m.state,
+                m.current_term,
+                m.current_leader,
+                m.last_log_index,
+                m.snapshot.map(|l| l.index),
+                m.purged.map(|l| l.index),
+                m.membership_config.membership(),
+                m.running_state.is_ok(),
+                m.replication,
+            ));
         }
         if states.windows(2).any(|w| w[0] != w[1]) {
-            return Err(format!("group {} replicas differ: {states:?}", d.id));
+            return Err(format!("group {} {:?} replicas differ: {seen:#?}", d.id, d.epoch));
         }
     }
     Ok(())

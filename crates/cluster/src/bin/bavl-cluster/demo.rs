@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use bavl_cluster::client::Client;
 use bavl_cluster::msg::{ClientOp, ClientReply};
-use bavl_cluster::types::{NodeId, NodeInfo, RangeDesc};
+use bavl_cluster::types::{NodeId, NodeInfo, RangeDesc, DIRECTORY_GROUP};
 
 /// Node processes `1..=n` listening on `base_port + id`.
 pub struct LocalCluster {
@@ -167,10 +167,12 @@ pub async fn run(
             bail!("node {gone} still holds replicas after 2 minutes");
         }
         match client.directory(ClientOp::RemoveNode(gone)).await {
-            Some(ClientReply::Done) => println!("removed node {gone} and stopped it"),
+            Some(ClientReply::Done) => println!("removed node {gone}"),
             other => bail!("node {gone} was not removed: {other:?}"),
         }
+        forwarding(&mut client, gone, &ids).await?;
         cluster.kill(gone);
+        println!("stopped node {gone}");
         let (c, w) = verify(&mut client, &model).await;
         println!("read every key back without node {gone}: {c} checked, {w} wrong");
         (checked, wrong) = (checked + c, wrong + w);
@@ -224,6 +226,41 @@ async fn wait_balanced(client: &mut Client, new: NodeId) -> usize {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Directory lookups sent to node `gone` (removed, still running: it holds no directory
+/// replica and passes each on) and to the directory's leader, alternated; prints the
+/// median and 90th percentile of each and fails if a forwarded one is not answered.
+async fn forwarding(client: &mut Client, gone: NodeId, ids: &[NodeId]) -> anyhow::Result<()> {
+    let leader = crate::admin::directory_row(client, ids)
+        .await
+        .and_then(|(_, infos)| infos.iter().find_map(|i| i.leader))
+        .context("no directory leader")?;
+    let (mut via, mut direct) = (Vec::new(), Vec::new());
+    for i in 0..200u32 {
+        let key = format!("key{:07}", i * 7).into_bytes();
+        for (node, times) in [(gone, &mut via), (leader, &mut direct)] {
+            let t = Instant::now();
+            let reply = client.ask(node, DIRECTORY_GROUP, ClientOp::Lookup(key.clone())).await;
+            if !matches!(reply, Some(ClientReply::Desc(Some(_)))) {
+                bail!("a lookup sent to node {node} was answered {reply:?}");
+            }
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let pct = |v: &mut Vec<f64>, p: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * p) as usize]
+    };
+    println!(
+        "  200 directory lookups through node {gone} (passed on): p50 {:.3} ms, p90 {:.3} ms; \
+         at the directory leader (node {leader}): p50 {:.3} ms, p90 {:.3} ms",
+        pct(&mut via, 0.5),
+        pct(&mut via, 0.9),
+        pct(&mut direct, 0.5),
+        pct(&mut direct, 0.9)
+    );
+    Ok(())
 }
 
 /// Waits (up to 2 minutes) until neither a range nor the directory names node `id`.
