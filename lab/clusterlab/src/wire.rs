@@ -45,7 +45,9 @@ pub struct NodeStats {
     pub cpu_s: f64,
     /// Per class: `raft_append` (with entries), `raft_heartbeat` (no entries), `raft_vote`,
     /// `raft_snapshot`, `client_data`, `dir_lookup`, `dir_write` (Report, AllocGroupId),
-    /// `dir_read` (Ranges), `dir_heartbeat` (a node's heartbeat, not logged).
+    /// `dir_read` (Ranges), `dir_heartbeat` (a node's heartbeat, not logged),
+    /// `dir_forwarded` (a directory operation passed on by a node that could not serve it:
+    /// counted once more, apart, where it is finally served).
     pub classes: BTreeMap<String, Count>,
 }
 
