@@ -8,7 +8,9 @@
 //!   on, once, as `Forwarded(op)`, to the directory members it knows (the leader it was
 //!   told of first) and returns the first definite answer. A forwarded operation is never
 //!   passed on again (answered `NoGroup` by a node without a replica), so stale lists make
-//!   no loop, and an operation crosses at most one extra hop.
+//!   no loop, and an operation crosses at most one extra hop. It carries a
+//!   [`DirectoryOp`], not a `ClientOp`, so no bytes decode to one forwarded operation
+//!   inside another (nor to a nesting deep enough to exhaust the stack).
 //! - **The members a node knows** ([`Node::directory_members`]): its own replica's voters
 //!   (when it holds one that applied anything), then those named by the directory leader's
 //!   last answer to this node's heartbeat (`Heard { directory, members }`: the directory's
@@ -32,7 +34,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::consensus::{Consensus, OpenraftGroup, ProposeError};
-use crate::msg::{ClientOp, ClientReply, ClientRequest, Message, Reply};
+use crate::msg::{ClientOp, ClientReply, ClientRequest, DirectoryOp, Message, Reply};
 use crate::node::{answer, Node};
 use crate::sm::write_atomic;
 use crate::types::{Command, Epoch, NodeId, NodeInfo, RangeDesc, DIRECTORY_GROUP};
@@ -157,16 +159,15 @@ impl Node {
     /// that can, else passed on once to the members it knows (see the module doc).
     pub(crate) async fn serve_directory(&self, op: ClientOp) -> ClientReply {
         let (op, forwarded) = match op {
-            ClientOp::Forwarded(inner) => (*inner, true),
+            ClientOp::Forwarded(inner) => (inner.into_op(), true),
             op => (op, false),
         };
-        if matches!(op, ClientOp::Forwarded(_)) {
-            return ClientReply::Refused("a directory operation is forwarded once".into());
-        }
         let here = self.serve_directory_here(op.clone()).await;
         if forwarded || !matches!(here, ClientReply::NoGroup | ClientReply::NotLeader(_)) {
             return here;
         }
+        // Only the directory's own operations are passed on (another is refused here).
+        let Some(op) = DirectoryOp::of(op) else { return here };
         let hint = match here {
             ClientReply::NotLeader(Some(l)) => Some(l),
             _ => None,
@@ -174,7 +175,7 @@ impl Node {
         let mut members = self.directory_members();
         members.retain(|n| *n != self.id);
         members.sort_by_key(|n| Some(*n) != hint);
-        let op = ClientOp::Forwarded(Box::new(op));
+        let op = ClientOp::Forwarded(op);
         let req = ClientRequest { group: DIRECTORY_GROUP, epoch: Epoch::default(), op };
         for n in members {
             match self.transport.send(self.id, n, Message::Client(req.clone())).await {
@@ -286,7 +287,15 @@ mod tests {
     #[test]
     fn forwarding_and_heard_encode_as_the_docs_say() {
         use crate::codec::encode;
-        assert_eq!(encode(&ClientOp::Forwarded(Box::new(ClientOp::Nodes))).unwrap(), [21, 12]);
+        assert_eq!(encode(&ClientOp::Forwarded(DirectoryOp::Nodes)).unwrap(), [21, 6]);
+        // Nothing nests: `Forwarded` inside `Forwarded` is no directory operation (index 21
+        // is past `DirectoryOp`'s nine), so a long run of it is refused, not recursed into.
+        let nested = vec![21u8; 100_000];
+        assert!(crate::codec::decode::<ClientOp>(&nested).is_err());
+        for op in [ClientOp::Nodes, ClientOp::Lookup(b"k".to_vec()), ClientOp::RemoveNode(3)] {
+            assert_eq!(DirectoryOp::of(op.clone()).map(DirectoryOp::into_op), Some(op));
+        }
+        assert_eq!(DirectoryOp::of(ClientOp::Get(b"k".to_vec())), None);
         let heard = ClientReply::Heard {
             directory: RangeDesc::whole(DIRECTORY_GROUP, [2].into()),
             members: vec![NodeInfo { id: 2, addr: "a".into(), draining: false }],

@@ -133,8 +133,58 @@ pub enum ClientOp {
     RemoveNode(NodeId),
     /// Directory: an operation a node without a directory replica passes on to the
     /// directory's members it knows (see `dirroute`); served only by a node holding a
-    /// replica, never passed on again.
-    Forwarded(Box<ClientOp>),
+    /// replica, never passed on again. Only directory operations, so it cannot nest.
+    Forwarded(DirectoryOp),
+}
+
+/// A directory operation as a node passes it on (`ClientOp::Forwarded`): the directory's
+/// own operations, with their `ClientOp` fields, in this order (its own variant indexes).
+/// Not a `ClientOp` inside a `ClientOp`: a forwarded operation cannot hold another, so no
+/// input decodes to a nesting deeper than one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DirectoryOp {
+    Lookup(#[serde(with = "crate::codec::bytes")] Vec<u8>),
+    AllocGroupId,
+    Report(Vec<RangeDesc>),
+    Ranges,
+    AddNode(NodeInfo),
+    Drain(NodeId),
+    Nodes,
+    Heartbeat { node: NodeId, ranges: Vec<RangeStats> },
+    RemoveNode(NodeId),
+}
+
+impl DirectoryOp {
+    /// The directory operation `op` is, if it is one.
+    pub fn of(op: ClientOp) -> Option<DirectoryOp> {
+        Some(match op {
+            ClientOp::Lookup(k) => DirectoryOp::Lookup(k),
+            ClientOp::AllocGroupId => DirectoryOp::AllocGroupId,
+            ClientOp::Report(d) => DirectoryOp::Report(d),
+            ClientOp::Ranges => DirectoryOp::Ranges,
+            ClientOp::AddNode(n) => DirectoryOp::AddNode(n),
+            ClientOp::Drain(n) => DirectoryOp::Drain(n),
+            ClientOp::Nodes => DirectoryOp::Nodes,
+            ClientOp::Heartbeat { node, ranges } => DirectoryOp::Heartbeat { node, ranges },
+            ClientOp::RemoveNode(n) => DirectoryOp::RemoveNode(n),
+            _ => return None,
+        })
+    }
+
+    /// The same operation as a `ClientOp`.
+    pub fn into_op(self) -> ClientOp {
+        match self {
+            DirectoryOp::Lookup(k) => ClientOp::Lookup(k),
+            DirectoryOp::AllocGroupId => ClientOp::AllocGroupId,
+            DirectoryOp::Report(d) => ClientOp::Report(d),
+            DirectoryOp::Ranges => ClientOp::Ranges,
+            DirectoryOp::AddNode(n) => ClientOp::AddNode(n),
+            DirectoryOp::Drain(n) => ClientOp::Drain(n),
+            DirectoryOp::Nodes => ClientOp::Nodes,
+            DirectoryOp::Heartbeat { node, ranges } => ClientOp::Heartbeat { node, ranges },
+            DirectoryOp::RemoveNode(n) => ClientOp::RemoveNode(n),
+        }
+    }
 }
 
 impl ClientOp {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bavl_cluster::client::{Client, ClientError, ClientOptions};
 use bavl_cluster::consensus::Consensus;
-use bavl_cluster::msg::{ClientOp, ClientReply, ClientRequest};
+use bavl_cluster::msg::{ClientOp, ClientReply, ClientRequest, DirectoryOp};
 use bavl_cluster::sim::{runtime, SimOptions};
 use bavl_cluster::simcluster::SimCluster;
 use bavl_cluster::types::{NodeId, DIRECTORY_GROUP};
@@ -188,17 +188,16 @@ fn a_drained_node_is_removed_and_receives_nothing_after() {
             via2.put(&key(i), &i.to_be_bytes()).await.expect("a put through node 2");
         }
         assert!(via2.stats.directory_lookups > 0, "{:?}", via2.stats);
-        // Passed on once only: a forwarded request is not passed on again, and one
-        // forwarded twice is refused (no loop, whatever the nodes' lists say).
-        let forwarded = |op: ClientOp| ClientRequest {
+        // Passed on once only: a forwarded request is not passed on again (no loop,
+        // whatever the nodes' lists say); the directory's leader serves it.
+        let forwarded = ClientRequest {
             group: DIRECTORY_GROUP,
             epoch: Default::default(),
-            op: ClientOp::Forwarded(Box::new(op)),
+            op: ClientOp::Forwarded(DirectoryOp::Nodes),
         };
-        assert_eq!(node2.handle_client(forwarded(ClientOp::Nodes)).await, ClientReply::NoGroup);
-        let twice = forwarded(ClientOp::Forwarded(Box::new(ClientOp::Nodes)));
-        let member = cluster.net.node(*after.replicas.first().unwrap()).unwrap();
-        assert!(matches!(member.handle_client(twice).await, ClientReply::Refused(_)));
+        assert_eq!(node2.handle_client(forwarded.clone()).await, ClientReply::NoGroup);
+        let (leader, _) = cluster.leader(DIRECTORY_GROUP, Duration::from_secs(5)).await.unwrap();
+        assert!(matches!(leader.handle_client(forwarded).await, ClientReply::Nodes(_)));
         cluster.converge(Duration::from_secs(20)).await.unwrap();
         let (ranges, problems) = cluster.ranges();
         assert!(problems.is_empty(), "{problems:?}");
@@ -216,11 +215,14 @@ fn a_drained_node_is_removed_and_receives_nothing_after() {
         let now = cluster.directory().await.unwrap();
         assert_eq!(members, now.replicas.iter().copied().collect::<Vec<_>>());
         let mut again = Client::new(9, vec![2], cluster.net.clone(), ClientOptions::default());
-        assert_eq!(again.ranges().await.map(|r| r.len()), Some(ranges.len()));
+        // (At least the ranges seen before: splits may go on meanwhile.)
+        let listed = again.ranges().await.map(|r| r.len());
+        assert!(listed.is_some_and(|n| n >= ranges.len()), "{listed:?}");
         // Node 2 gone for good: the client given only node 2 met the others through the
         // directory's node list, and goes on without it.
         cluster.crash(2).await;
-        assert_eq!(via2.ranges().await.map(|r| r.len()), Some(ranges.len()));
+        let listed = via2.ranges().await.map(|r| r.len());
+        assert!(listed.is_some_and(|n| n >= ranges.len()), "{listed:?}");
         via2.put(&key(260), b"after").await.expect("a put without node 2");
         assert_eq!(via2.get(&key(260)).await.unwrap(), Some(b"after".to_vec()));
         cluster.shutdown().await;
