@@ -7,8 +7,9 @@
 //! the replica's own Raft membership (its log included, so a learner that has received its
 //! `add learner` entry is safe) leaves it out too, and its `conf_ver` is not newer than the
 //! directory's. For a replica of the directory itself, the descriptor compared with is the
-//! one the directory's leader last answered this node's heartbeat with (see `dirroute`). The two checks cover a learner that installed a snapshot older than its own
-//! `add learner` entry: the entry follows the snapshot at once. An empty replica (created by
+//! one the directory's leader last answered this node's heartbeat with (see `dirroute`).
+//! The two checks cover a learner that installed a snapshot older than its own `add
+//! learner` entry: the entry follows the snapshot at once. An empty replica (created by
 //! a message, never installed) is never deleted: it holds nothing, and deleting a learner
 //! whose snapshot is on its way would look to the leader like a log gone backwards.
 

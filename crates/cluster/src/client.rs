@@ -340,20 +340,19 @@ impl Client {
                 ClientRequest { group: DIRECTORY_GROUP, epoch: Epoch::default(), op: op.clone() };
             let sent = self.transport.send(self.id, node, Message::Client(req));
             match tokio::time::timeout(self.opts.timeout, sent).await {
-                Ok(Ok(Reply::Client(
-                    ClientReply::NotLeader(_) | ClientReply::NoGroup | ClientReply::Unknown(_),
-                ))) => {}
-                Ok(Ok(Reply::Client(r))) => return Some(r),
+                Ok(Ok(Reply::Client(r))) if crate::dirroute::definite(&r) => return Some(r),
                 _ => {}
             }
         }
         None
     }
 
-    /// Tells the transport where node `id` listens (a node added after the client started),
-    /// and asks it for the directory too from now on.
+    /// Tells the transport where node `id` listens (a node added after the client started;
+    /// an empty address tells it nothing), and asks it for the directory too from now on.
     pub fn learn(&mut self, id: NodeId, addr: &str) {
-        self.transport.learn(id, addr);
+        if !addr.is_empty() {
+            self.transport.learn(id, addr);
+        }
         self.met.insert(id);
         if !self.nodes.contains(&id) {
             self.nodes.push(id);
@@ -369,13 +368,7 @@ impl Client {
         }
         if let Some(ClientReply::Nodes(list)) = self.directory(ClientOp::Nodes).await {
             for n in list {
-                if !n.addr.is_empty() {
-                    self.transport.learn(n.id, &n.addr);
-                }
-                self.met.insert(n.id);
-                if !self.nodes.contains(&n.id) {
-                    self.nodes.push(n.id);
-                }
+                self.learn(n.id, &n.addr);
             }
         }
     }

@@ -55,21 +55,12 @@ pub struct KnownDirectory {
 /// over [`MAX_KNOWN_BYTES`] (checked before reading) or not decodable.
 pub fn read_known(node_dir: &Path) -> std::io::Result<Option<KnownDirectory>> {
     let path = node_dir.join(KNOWN_FILE);
-    let file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(bytes) = crate::tombstone::read_bounded(&path, MAX_KNOWN_BYTES)? else {
+        return Ok(None);
     };
-    let len = file.metadata()?.len();
-    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
-    if len > MAX_KNOWN_BYTES {
-        return Err(invalid(format!("{}: {len} bytes, over {MAX_KNOWN_BYTES}", path.display())));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_KNOWN_BYTES), &mut bytes)?;
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| invalid(format!("{}: {e}", path.display())))
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
+    })
 }
 
 /// Writes `directory.json` of `node_dir` atomically (temp file, sync, rename).
@@ -90,7 +81,7 @@ pub(crate) fn load_known(node_dir: &Path, id: NodeId) -> KnownDirectory {
 }
 
 /// Whether a reply settles a directory operation (anything but "ask another replica").
-fn definite(r: &ClientReply) -> bool {
+pub(crate) fn definite(r: &ClientReply) -> bool {
     !matches!(r, ClientReply::NotLeader(_) | ClientReply::NoGroup | ClientReply::Unknown(_))
 }
 
@@ -131,12 +122,12 @@ impl Node {
         if known.directory.as_ref().is_some_and(|d| d.epoch.conf_ver > directory.epoch.conf_ver) {
             return;
         }
-        for m in members.iter().filter(|m| !m.addr.is_empty() && m.id != self.id) {
-            self.transport.learn(m.id, &m.addr);
-        }
         let new = KnownDirectory { directory: Some(directory), members };
         if *known == new {
-            return;
+            return; // its addresses were learned when it first came
+        }
+        for m in new.members.iter().filter(|m| !m.addr.is_empty() && m.id != self.id) {
+            self.transport.learn(m.id, &m.addr);
         }
         *known = new.clone();
         drop(known);

@@ -33,28 +33,33 @@ pub const MAX_TOMBSTONE_BYTES: u64 = 4096;
 /// longer than [`MAX_TOMBSTONE_BYTES`], or one that does not decode, is an error (checked
 /// before anything is read into memory), never "no vote".
 pub fn read_tombstone(node_dir: &Path, id: GroupId) -> std::io::Result<Option<Tombstone>> {
-    let path = tombstone_file(node_dir, id);
-    let mut file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(bytes) = read_bounded(&tombstone_file(node_dir, id), MAX_TOMBSTONE_BYTES)? else {
+        return Ok(None);
     };
-    let len = file.metadata()?.len();
-    if len > MAX_TOMBSTONE_BYTES {
-        let what = format!("{}: {len} bytes, over {MAX_TOMBSTONE_BYTES}", path.display());
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, what));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(&mut file, MAX_TOMBSTONE_BYTES),
-        &mut bytes,
-    )?;
     if bytes.is_empty() {
         return Ok(Some(Tombstone::default()));
     }
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// The bytes of a small file a node keeps beside its groups: `Ok(None)` if absent, an
+/// `InvalidData` error if longer than `max` (checked before anything is read into memory).
+pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    if len > max {
+        let what = format!("{}: {len} bytes, over {max}", path.display());
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, what));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, max), &mut bytes)?;
+    Ok(Some(bytes))
 }
 
 /// Writes (durably) the tombstone marker of group `id`, keeping the newer of the vote it
