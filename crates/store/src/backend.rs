@@ -145,7 +145,16 @@ impl DirBackend {
         Self::lock(dir, true)
     }
 
-    fn lock(dir: &Path, read_only: bool) -> io::Result<Self> {
+    /// Opens an existing directory for writing **without** locking it, for files that
+    /// are not a store's (a node's descriptor, a home directory's markers): their owner
+    /// serialises its own writes. The directory is still re-checked before every write.
+    pub fn unlocked(dir: &Path) -> io::Result<Self> {
+        let (lock, meta) = Self::open_dir(dir)?;
+        let guard = DirGuard { dir: dir.to_path_buf(), id: dev_ino(&meta), read_only: false };
+        Ok(DirBackend { guard: Arc::new(guard), lock, readers: Default::default() })
+    }
+
+    fn open_dir(dir: &Path) -> io::Result<(File, fs::Metadata)> {
         let lock = File::open(dir)?;
         let meta = lock.metadata()?;
         if !meta.is_dir() {
@@ -154,6 +163,11 @@ impl DirBackend {
                 format!("{} is not a directory", dir.display()),
             ));
         }
+        Ok((lock, meta))
+    }
+
+    fn lock(dir: &Path, read_only: bool) -> io::Result<Self> {
+        let (lock, meta) = Self::open_dir(dir)?;
         let taken = if read_only { lock.try_lock_shared() } else { lock.try_lock() };
         match taken {
             Ok(()) => {}

@@ -87,6 +87,7 @@ use error::IoContext;
 pub use error::StoreError;
 use job::Job;
 pub use memory::MemBackend;
+pub use meta::write_file_atomic;
 pub use open::Recovery;
 use options::Reclaimer;
 pub use options::{CheckpointPolicy, CommitTiming, Options, Reclaim, StoreStats};
