@@ -55,7 +55,7 @@ pub fn keep_freed_memory() {
 /// CPU per block 613-820 ms kept, 671-861 ms after 100 ms, 653-952 ms after 0 ms: the
 /// prompter the purge, the more page faults, and the runs' spread is as wide as the
 /// differences; 100 ms takes most of the RSS for the least of the cost. Turning huge
-/// pages off instead cost 0.31 of the ops/s for 0.10 of the RSS (`paged-10m-nothp.json`),
+/// pages off instead cost 0.31 of the ops/s for 0.10 of the RSS (`archive/paged-10m-nothp.json`),
 /// so they stay on.
 pub fn paged_memory() {
     if std::env::var_os(PURGE_DELAY_ENV).is_none() {
@@ -74,13 +74,13 @@ pub const PAGED_PURGE_DELAY_MS: i64 = 100;
 /// `bavl-paged-bounded` store sets the same by environment).
 ///
 /// Measured (`docs/design.md`, allocator decisions): on 3M keys under a 128 MiB body budget
-/// (`docs/results/paged-alloc.json`, three runs each) peak RSS 390 MB as shipped, 340 MB
+/// (`docs/results/archive/paged-alloc.json`, three runs each) peak RSS 390 MB as shipped, 340 MB
 /// without huge pages (the same CPU per block), 314 MB also purging after 1 s (+4% CPU
 /// per block), 295 MB purging after 10 ms (+9%). At 30M keys, one run with it
-/// (`docs/results/paged-30m-bounded.json`, a CI run beside it) gave 1,126 MB against
+/// (`docs/results/archive/paged-30m-bounded.json`, a CI run beside it) gave 1,126 MB against
 /// 1,188 MB before and blocks twice as slow beside a CI run; at 10M keys on a quiet machine
-/// (`docs/results/paged-10m-bounded-ab.json`) 0.72x the ops/s for 0.89x the peak RSS, and
-/// huge pages off alone (`paged-10m-nothp.json`) 0.69x for 0.90x: the cost is the huge
+/// (`docs/results/archive/paged-10m-bounded-ab.json`) 0.72x the ops/s for 0.89x the peak RSS, and
+/// huge pages off alone (`archive/paged-10m-nothp.json`) 0.69x for 0.90x: the cost is the huge
 /// pages, not the purge. So it is not the default.
 pub fn bounded_memory() {
     no_transparent_huge_pages();

@@ -12,7 +12,7 @@ use crate::{Store, StoreError};
 /// Threads a paged store reads on (its pool, `readpool`). More threads than cores keep
 /// reads in flight while others decode and hash, as NOMT's io_uring queue does. At 30M
 /// keys a block's loads keep both cores of this machine busy, and 4, 8, 16 and 48 threads
-/// gave the same ops/s within noise (`docs/results/paged-30m-anatomy.json`).
+/// gave the same ops/s within noise (`docs/results/archive/paged-30m-anatomy.json`).
 pub const PREFETCH_THREADS: usize = 16;
 /// A prefetch starts no thread for fewer chunks than this.
 const MIN_PER_THREAD: usize = 8;
