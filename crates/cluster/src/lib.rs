@@ -24,8 +24,16 @@
 //! - [`versions`], [`fetch`]: attested versions, snapshots fetched as chunks from several
 //!   replicas;
 //! - [`client`]: the routing-cache client;
-//! - [`sim`], [`simnet`], [`simcheck`], [`simcluster`]: the deterministic simulation;
-//! - [`history`], [`lincheck`]: histories and the linearizability check.
+//! - `sim`, `simnet`, `simcheck`, `simcluster`: the deterministic simulation, and
+//!   `history`, `lincheck`: histories and the linearizability check; all six only with the
+//!   feature `sim`.
+//!
+//! ## Features
+//!
+//! - `sim` (off by default): the deterministic simulation, history recording and checking,
+//!   and tokio's `test-util` (virtual time) under them. For tests and the lab only: the
+//!   shipped binary never enables it. `cargo test -p bavl-cluster` turns it on (the crate
+//!   is its own dev-dependency with `sim`).
 #![forbid(unsafe_code)]
 
 pub mod barrier;
@@ -36,9 +44,11 @@ pub mod consensus;
 pub mod directory;
 pub mod dirroute;
 pub mod fetch;
+#[cfg(feature = "sim")]
 pub mod history;
 pub mod lease;
 pub mod limits;
+#[cfg(feature = "sim")]
 pub mod lincheck;
 pub mod liveness;
 pub mod load;
@@ -57,9 +67,13 @@ pub mod range;
 pub mod read;
 pub mod rebalance;
 pub mod replicas;
+#[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(feature = "sim")]
 pub mod simcheck;
+#[cfg(feature = "sim")]
 pub mod simcluster;
+#[cfg(feature = "sim")]
 pub mod simnet;
 pub mod sm;
 pub mod snapmark;
