@@ -172,6 +172,13 @@ pub fn framing_limit(limit: u64) -> u64 {
 }
 
 impl BodyGuard {
+    /// A guard of `limit` body bytes (and the framing beside them) with no minimum rate,
+    /// for a plain request bounded by a deadline instead (`http::get`).
+    pub fn plain(limit: u64) -> BodyGuard {
+        let (sent, grace) = (Duration::ZERO, Duration::ZERO);
+        BodyGuard { sent, limit, min_rate: 0, grace, received: 0, framing: 0, wire: 0 }
+    }
+
     /// `n` more body bytes. Fails as soon as the body exceeds the limit (the caller must
     /// stop reading and drop what it holds). Counts for the limit only: the caller reports
     /// the same bytes to [`BodyGuard::on_wire`] when it reads them (for a transport that

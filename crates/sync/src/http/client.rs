@@ -8,6 +8,12 @@
 //! [`MAX_REDIRECTS`] redirects are followed (to `http://` URLs or absolute paths); more is
 //! `TooManyRedirects`. Connections are kept alive and reused per host, one request at a
 //! time each, at most [`MAX_IDLE`] idle in all. Only `http://` is spoken (no TLS).
+//!
+//! Beside the sync's requests, [`get`] (and [`Client::request`], which reuses the
+//! client's connections) make one plain bounded `GET` for any other caller (the CometBFT
+//! RPC client of `bavl-abci`, the lab's baseline): the same reader, so the same byte
+//! bounds, with a [`Limits`] of body bytes and a deadline on the whole exchange, and the
+//! final status and body returned whatever the status.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -106,6 +112,9 @@ pub struct Fetch<'a> {
     /// The caller's clock (the one the syncer is given).
     pub epoch: Instant,
     pub cancel: &'a AtomicBool,
+    /// When the whole exchange must be over, on the caller's clock (`None`: the caller
+    /// cancels it itself, as the sync loop does): [`FailureKind::Timeout`] after it.
+    pub deadline: Option<Duration>,
 }
 
 impl Fetch<'_> {
@@ -118,6 +127,9 @@ impl Fetch<'_> {
         loop {
             if self.cancel.load(Ordering::Relaxed) {
                 return Err(Abort::Cancelled);
+            }
+            if self.deadline.is_some_and(|d| self.now() >= d) {
+                return Err(Abort::Failed(FailureKind::Timeout));
             }
             match s.read(buf) {
                 Ok(n) => return Ok(n),
@@ -170,10 +182,46 @@ impl Client {
     /// `GET`s `path` below `base`, following redirects; the `200` body, read within the
     /// guard's limits.
     pub fn get(&self, base: &BaseUrl, path: &str, f: &mut Fetch<'_>) -> Result<Vec<u8>, Abort> {
+        let (_, body) = self.follow(base, path, f, Statuses::OnlyOk)?;
+        Ok(body)
+    }
+
+    /// One bounded `GET` of `path` (with its query, if any) below `base`, following
+    /// redirects: the final status and its body, whatever the status, read within
+    /// `limits` (a body over `limits.body` is `TooLong`, an exchange past
+    /// `limits.timeout` is `Timeout`). Reuses this client's idle connections.
+    pub fn request(
+        &self,
+        base: &BaseUrl,
+        path: &str,
+        limits: &Limits,
+    ) -> Result<Response, FailureKind> {
+        if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(FailureKind::Malformed);
+        }
+        let cancel = AtomicBool::new(false);
+        let guard = BodyGuard::plain(limits.body);
+        let mut f =
+            Fetch { guard, epoch: Instant::now(), cancel: &cancel, deadline: Some(limits.timeout) };
+        match self.follow(base, path, &mut f, Statuses::Any) {
+            Ok((status, body)) => Ok(Response { status, body }),
+            Err(Abort::Failed(kind)) => Err(kind),
+            // Nothing sets `cancel`.
+            Err(Abort::Cancelled) => Err(FailureKind::Timeout),
+        }
+    }
+
+    fn follow(
+        &self,
+        base: &BaseUrl,
+        path: &str,
+        f: &mut Fetch<'_>,
+        statuses: Statuses,
+    ) -> Result<(u16, Vec<u8>), Abort> {
         let mut target = (base.host.clone(), base.port, format!("{}{path}", base.prefix));
         for _ in 0..=MAX_REDIRECTS {
-            match self.get_once(&target.0, target.1, &target.2, f)? {
-                Reply::Body(b) => return Ok(b),
+            match self.get_once(&target.0, target.1, &target.2, f, statuses)? {
+                Reply::Final(status, b) => return Ok((status, b)),
                 Reply::Redirect(loc) => target = redirect(&target, &loc)?,
             }
         }
@@ -186,17 +234,18 @@ impl Client {
         port: u16,
         path: &str,
         f: &mut Fetch<'_>,
+        statuses: Statuses,
     ) -> Result<Reply, Abort> {
         if let Some(mut s) = self.take_idle(host, port) {
             // A kept-alive connection the server closed meanwhile fails before any byte
             // of the head: try once more on a new connection.
-            match exchange(&mut s, host, port, path, f) {
+            match exchange(&mut s, host, port, path, f, statuses) {
                 Err(Retry::Stale) => {}
                 other => return self.finish(host, port, s, other),
             }
         }
         let mut s = self.connect(host, port)?;
-        match exchange(&mut s, host, port, path, f) {
+        match exchange(&mut s, host, port, path, f, statuses) {
             Err(Retry::Stale) => Err(Abort::Failed(FailureKind::Transport)),
             other => self.finish(host, port, s, other),
         }
@@ -257,8 +306,76 @@ impl Client {
 }
 
 enum Reply {
-    Body(Vec<u8>),
+    /// The final status and its body.
+    Final(u16, Vec<u8>),
     Redirect(String),
+}
+
+/// Which final statuses have their body read: the sync's requests want `200` alone (any
+/// other is the failure `Http(status)`), a plain [`Client::request`] any.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Statuses {
+    OnlyOk,
+    Any,
+}
+
+/// The bounds of one plain request ([`get`], [`Client::request`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest body read (heads and framing are bounded beside it, as for the sync's
+    /// requests: [`crate::request::framing_limit`]).
+    pub body: u64,
+    /// The whole exchange, redirects included, from the request to the body's last byte.
+    pub timeout: Duration,
+    /// Each connection attempt.
+    pub connect_timeout: Duration,
+}
+
+impl Limits {
+    /// `body` bytes within `timeout`, connecting within 5 s.
+    pub fn new(body: u64, timeout: Duration) -> Limits {
+        Limits { body, timeout, connect_timeout: Duration::from_secs(5) }
+    }
+}
+
+/// A plain request's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// Why [`get`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GetError {
+    #[error(transparent)]
+    Url(#[from] UrlError),
+    #[error("GET {url}: {kind}")]
+    Failed { url: String, kind: FailureKind },
+}
+
+/// One bounded `GET` of `url` (`http://host[:port]/path[?query]`), on a connection of its
+/// own: the final status and body, whatever the status, within `limits`.
+pub fn get(url: &str, limits: &Limits) -> Result<Response, GetError> {
+    let (base, path) = split_url(url)?;
+    let failed = |kind| GetError::Failed { url: url.to_string(), kind };
+    Client::new(limits.connect_timeout).request(&base, &path, limits).map_err(failed)
+}
+
+/// `url` as the base URL of its host and its path with the query (`/` if none).
+fn split_url(url: &str) -> Result<(BaseUrl, String), UrlError> {
+    let after = url.strip_prefix("http://").map_or(0, |_| "http://".len());
+    let at = url[after..].find(['/', '?']).map_or(url.len(), |i| after + i);
+    let base = BaseUrl::parse(&url[..at])?;
+    let path = match &url[at..] {
+        "" => "/".to_string(),
+        p if p.starts_with('?') => format!("/{p}"),
+        p => p.to_string(),
+    };
+    if path.contains('#') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(UrlError { url: url.to_string(), why: "a fragment or spaces in the path" });
+    }
+    Ok((base, path))
 }
 
 enum Retry {
@@ -286,6 +403,7 @@ fn exchange(
     port: u16,
     path: &str,
     f: &mut Fetch<'_>,
+    statuses: Statuses,
 ) -> Result<(Reply, bool), Retry> {
     // `identity`: a server must not compress (a gzip answer is still decoded, bounded).
     let req = format!(
@@ -307,11 +425,11 @@ fn exchange(
         let loc = head.header("location").ok_or(FailureKind::Malformed)?;
         return Ok((Reply::Redirect(loc.to_string()), false));
     }
-    if status != 200 {
+    if status != 200 && statuses == Statuses::OnlyOk {
         return Err(FailureKind::Http(status).into());
     }
     let (body, reusable) = conn.body(&head, f)?;
-    Ok((Reply::Body(body), reusable))
+    Ok((Reply::Final(status, body), reusable))
 }
 
 /// The next target after a redirect to `loc` (an `http://` URL or an absolute path).
@@ -341,5 +459,21 @@ mod tests {
         assert!(BaseUrl::parse("http://u:p@h/").is_err());
         let u = BaseUrl::parse("http://[::1]:9000/x").unwrap();
         assert_eq!((u.host.as_str(), u.port), ("[::1]", 9000));
+    }
+
+    #[test]
+    fn plain_urls_keep_their_query() {
+        let split = |u: &str| split_url(u).map(|(b, p)| (b.to_string(), p));
+        let ok = |b: &str, p: &str| Ok((b.to_string(), p.to_string()));
+        assert_eq!(split("http://h:26657"), ok("http://h:26657", "/"));
+        assert_eq!(split("http://h:26657/status"), ok("http://h:26657", "/status"));
+        assert_eq!(
+            split("http://h/abci_query?path=%22/key%22&prove=true"),
+            ok("http://h", "/abci_query?path=%22/key%22&prove=true")
+        );
+        assert_eq!(split("http://h?x=1"), ok("http://h", "/?x=1"));
+        assert!(split("https://h/").is_err());
+        assert!(split("http://h/a b").is_err());
+        assert!(split("http://h/a#f").is_err());
     }
 }

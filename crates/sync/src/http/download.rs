@@ -305,7 +305,7 @@ fn fetch(
     cancel: &AtomicBool,
     tx: &Sender<Msg>,
 ) {
-    let mut f = Fetch { guard: req.guard(), epoch, cancel };
+    let mut f = Fetch { guard: req.guard(), epoch, cancel, deadline: None };
     let result = client.get(&sources[req.source.0 as usize], &req.path, &mut f);
     let _ = tx.send(Msg::Done(req.id, result));
 }

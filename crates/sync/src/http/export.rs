@@ -4,9 +4,13 @@
 //!
 //! `DIR/v1/snapshots/index.json` lists every version exported into `DIR` (an existing
 //! listing is merged with the new version); `DIR/v1/snapshots/V/manifest.json`;
-//! `DIR/v1/chunks/<root>/<i>`. Each file is written to a temporary name and renamed, the
-//! chunks first and the listing last, so a server never shows a version whose files are
-//! not all in place.
+//! `DIR/v1/chunks/<root>/<i>`. Each file is written to a temporary name, synced and
+//! renamed, the chunks first and the listing last, so a server never shows a version
+//! whose files are not all in place, and after a power cut the listing names no version
+//! whose chunks or manifest were lost: the chunks' directories are synced before the
+//! manifest is written, and the manifest and the listing (the files an export replaces)
+//! are written by [`bavl_store::write_file_atomic`] (file synced, renamed, directory
+//! synced).
 //!
 //! [`ExportDir`] serves such a directory with the crate's own server (`bavl serve --dir`).
 
@@ -63,25 +67,30 @@ pub fn export_loading(
         files: 0,
         bytes: 0,
     };
-    let chunk_dir = file(out, &protocol::chunk_path(&root, 0));
-    fs::create_dir_all(chunk_dir.parent().unwrap_or(out))?;
+    let chunk_dir = file(out, &protocol::chunk_path(&root, 0)).parent().unwrap_or(out).to_owned();
+    fs::create_dir_all(&chunk_dir)?;
     for i in 0..snap.chunk_count() {
         let count = snap.chunk_count();
         let chunk = protocol::export_chunk(snap, i, load)?.ok_or_else(|| {
             io::Error::other(bavl_core::ChunkError::OutOfRange { index: i, count })
         })?;
-        write_file(&file(out, &protocol::chunk_path(&root, i)), &chunk)?;
+        write_chunk(&file(out, &protocol::chunk_path(&root, i)), &chunk)?;
         report.manifest.chunk_sizes.push(chunk.len() as u64);
         report.files += 1;
         report.bytes += chunk.len() as u64;
         on_chunk(i);
     }
+    // The chunks' names, and the directories made for them, durable before the manifest.
+    for dir in chunk_dir.ancestors().take_while(|d| d.starts_with(out)) {
+        sync_dir(dir)?;
+    }
     let manifest_path = file(out, &protocol::manifest_path(version));
     fs::create_dir_all(manifest_path.parent().unwrap_or(out))?;
     let json = report.manifest.to_json();
-    write_file(&manifest_path, &json)?;
+    bavl_store::write_file_atomic(&manifest_path, &json)?;
+    // The listing's directory holds the manifest's: syncing it (below) makes that durable.
     let listing = merged_listing(out, version, &report.manifest)?;
-    write_file(&file(out, &protocol::listing_path()), &listing)?;
+    bavl_store::write_file_atomic(&file(out, &protocol::listing_path()), &listing)?;
     report.files += 2;
     report.bytes += (json.len() + listing.len()) as u64;
     Ok(report)
@@ -153,10 +162,19 @@ fn merged_listing(out: &Path, version: u64, m: &Manifest) -> io::Result<Vec<u8>>
     serde_json::to_vec(&listing).map_err(io::Error::other)
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// A new chunk file: written under a temporary name, synced, renamed (its directory is
+/// synced once, after every chunk: [`sync_dir`]). Chunk files are never replaced by
+/// other bytes (their path names the root), so this is all a chunk needs.
+fn write_chunk(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp-export");
     let mut f = fs::File::create(&tmp)?;
     f.write_all(bytes)?;
+    f.sync_data()?;
     drop(f);
     fs::rename(&tmp, path)
+}
+
+/// Makes the names in `dir` durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
 }

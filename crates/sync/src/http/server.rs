@@ -1,8 +1,9 @@
 //! The HTTP server of protocol v1: serves the manifests and chunks of the versions
 //! published in a [`Catalog`], from O(1) snapshots, so the store that owns them keeps
 //! committing while they are served — or of any other [`Objects`], such as an
-//! [`super::ExportDir`]. [`Server::byzantine`] makes it lie in one fixed way (a test
-//! facility, [`super::byzantine`]).
+//! [`super::ExportDir`]. With the `liars` feature (tests, the demo harness and the lab
+//! only), `Server::byzantine` makes it lie in one fixed way (`http::byzantine`); without
+//! it a server is always honest and none of that code is built.
 //!
 //! One thread per connection (at most [`MAX_CONNECTIONS`]; more are answered `503` with
 //! `Retry-After`), HTTP/1.1 keep-alive, `GET` and `HEAD` only. Paths are parsed strictly
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use bavl_core::{Digest, Snapshot};
 
+#[cfg(feature = "liars")]
 use super::byzantine::{Answer, Byzantine, Liar};
 use super::wire::{self, MAX_HEAD};
 use crate::protocol::{self, ChunkLoader, ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
@@ -234,8 +236,13 @@ fn decimal(s: &str) -> Option<u64> {
     canonical.then(|| s.parse().ok()).flatten()
 }
 
+/// Without the `liars` feature there is no liar: a type with no values, so every
+/// `Option<&Liar>` is `None` and the lying paths are gone from the build.
+#[cfg(not(feature = "liars"))]
+enum Liar {}
+
 /// A bound listener serving a catalog (or any [`Objects`]), honestly unless made
-/// [`Server::byzantine`].
+/// `Server::byzantine` (feature `liars`).
 pub struct Server {
     listener: TcpListener,
     objects: Arc<dyn Objects>,
@@ -264,6 +271,7 @@ impl Server {
     }
 
     /// Makes this server lie in one fixed way (a test facility: see [`Byzantine`]).
+    #[cfg(feature = "liars")]
     pub fn byzantine(mut self, kind: Byzantine) -> Server {
         self.liar = Some(Arc::new(Liar::new(kind)));
         self
@@ -354,6 +362,7 @@ fn serve_connection(
     let mut tmp = [0u8; 4096];
     loop {
         // A liar that acts on a request left unread (`reset-truncate`) looks at it first.
+        #[cfg(feature = "liars")]
         if let (Some(l), true) = (liar, buf.is_empty()) {
             if let Some(raw) = l.preempt(&s, objects)? {
                 return raw.play(&mut s);
@@ -397,18 +406,25 @@ fn serve_connection(
             "GET" | "HEAD" if version.starts_with("HTTP/1.") => {
                 let path = target.split(['?', '#']).next().unwrap_or_default();
                 let parsed = Target::parse(path);
-                match liar.map_or(Answer::Honest, |l| l.answer(objects, parsed, path)) {
-                    Answer::Honest => (route(objects, parsed), method == "GET"),
-                    Answer::Respond(r) => (r, method == "GET"),
+                #[cfg(feature = "liars")]
+                let response = match liar.map_or(Answer::Honest, |l| l.answer(objects, parsed, path)) {
+                    Answer::Honest => route(objects, parsed),
+                    Answer::Respond(r) => r,
                     // A raw lie ends the connection.
                     Answer::Raw(raw) => return raw.play(&mut s),
-                }
+                };
+                #[cfg(not(feature = "liars"))]
+                let response = route(objects, parsed);
+                (response, method == "GET")
             }
             "GET" | "HEAD" => (Response::error(505, "HTTP version not supported"), true),
             _ => (Response::error(405, "only GET and HEAD"), true),
         };
         match liar {
+            #[cfg(feature = "liars")]
             Some(l) => l.deliver(&mut s, &response, send_body, keep)?,
+            #[cfg(not(feature = "liars"))]
+            Some(l) => match *l {},
             None => write_response(&mut s, &response, send_body, keep, None)?,
         }
         if !keep {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bavl_sync::{Health, Options, Syncer};
 use proptest::prelude::*;
 
-use crate::sim::{Behaviour, Sim, SimSource, World, LIES, VERSION};
+use crate::network::sim::{Behaviour, Sim, SimSource, World, LIES, VERSION};
 
 pub fn world() -> World {
     World::new(3000, 16)

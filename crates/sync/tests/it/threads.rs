@@ -1,6 +1,7 @@
 //! The fetch threads of `http::download` are bounded by `Options::max_in_flight`, not by
-//! the number of sources. Alone in its test binary: the threads of the process are
-//! counted, and another test's sync running beside it would be counted too.
+//! the number of sources. The threads of the process are counted, and another test's sync
+//! running beside it would be counted too: so the test runs itself again, alone, in a
+//! child process of this test binary ([`ALONE`] set), and checks that child's verdict.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -44,8 +45,24 @@ fn threads_named(name: &str) -> usize {
         .count()
 }
 
+/// Set in the child process that runs the test alone.
+const ALONE: &str = "BAVL_SYNC_THREADS_TEST_ALONE";
+
 #[test]
 fn fetch_threads_stay_within_max_in_flight_whatever_the_sources() {
+    if std::env::var_os(ALONE).is_none() {
+        let name = "threads::fetch_threads_stay_within_max_in_flight_whatever_the_sources";
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .env(ALONE, "1")
+            .args([name, "--exact", "--test-threads=1", "--nocapture"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let report = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "the test alone failed:\n{report}");
+        assert!(stdout.contains("1 passed"), "the test alone did not run:\n{report}");
+        return;
+    }
     // 40 stallers beside one honest source, at most 8 requests in flight: the fetch pool
     // never grows past 8 + 16 threads (it grew by one per stalled request before).
     let snap = snapshot(3000);

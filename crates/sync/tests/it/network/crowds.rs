@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bavl_sync::{Health, Options, Syncer};
 
-use crate::byzantine::world;
-use crate::sim::{Behaviour, Log, Sim, SimSource, VERSION};
+use crate::network::byzantine::world;
+use crate::network::sim::{Behaviour, Log, Sim, SimSource, VERSION};
 
 /// The options of these tests: the defaults, but a short grace so that a run stays short.
 fn opts() -> Options {

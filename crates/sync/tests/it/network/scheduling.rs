@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use bavl_sync::{resume, Options, SourceId, Syncer, Want};
 
-use crate::byzantine::{sim, small_opts};
-use crate::sim::{Behaviour, Sim, SimSource, World, VERSION};
+use crate::network::byzantine::{sim, small_opts};
+use crate::network::sim::{Behaviour, Sim, SimSource, World, VERSION};
 
 fn chunks_from(s: &Sim, source: u32) -> usize {
     s.log.accepted.iter().filter(|(_, src, _)| src.0 == source).count()
