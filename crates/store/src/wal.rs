@@ -8,7 +8,8 @@ use bavl_core::{Digest, InputError, PageRef, Tree, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::error::StoreError;
 
 const SEGMENT_MAGIC: &[u8; 8] = b"BAVLWAL1";
-/// Bytes of a segment header: magic, first version (u64), capacity (u32), CRC-32C (u32).
+/// Bytes of a segment header: magic, first version (u64), capacity (u32), and the CRC-32
+/// (IEEE, `crc32fast`) of those 20 bytes (u32).
 pub const SEGMENT_HEADER_LEN: u64 = 24;
 /// Bytes of a record header: body length (u32), version (u64), CRC-32 of both (u32).
 pub const RECORD_HEADER_LEN: usize = 16;

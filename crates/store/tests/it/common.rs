@@ -1,5 +1,4 @@
 //! Helpers shared by the store's integration tests.
-#![allow(dead_code)]
 
 use std::ops::Bound;
 use std::path::{Path, PathBuf};

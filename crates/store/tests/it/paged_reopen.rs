@@ -5,13 +5,11 @@
 //! (`docs/design.md` §8.5.1). Both reach the same head with the same root, and every
 //! version a paged reopen keeps reads back its committed state.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::common::TempDir;
 use bavl_store::{Backend, CheckpointPolicy, DirBackend, Options, Store};
-use common::TempDir;
 
 fn options(cache_bytes: Option<u64>) -> Options {
     Options {

@@ -4,12 +4,10 @@
 //! and each of them still reads back exactly its own state, loading what it needs; the
 //! same after a reopen, whose replay rebuilds the retained versions.
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 
+use crate::common::TempDir;
 use bavl_store::{CheckpointPolicy, Options, Store};
-use common::TempDir;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 

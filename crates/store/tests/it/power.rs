@@ -15,8 +15,6 @@
 //! store must poison itself at that sync and refuse every later write, although the
 //! disk "works" again, and reopening must lose nothing acknowledged (§8.4).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::ops::Bound;
@@ -52,7 +50,7 @@ fn opts() -> Options {
 
 fn apply(store: &mut Store, v: u64) -> Result<(), StoreError> {
     let ops = if PAGED.get() {
-        common::reference_block(SEED, Mix::workload_b(30), v)
+        crate::common::reference_block(SEED, Mix::workload_b(30), v)
     } else {
         block(SEED, v, Mix::workload_b(30), |p| {
             next_key(|lo| store.working().range(lo, Bound::Unbounded), p).expect("resident")

@@ -1,17 +1,15 @@
 //! Faults: torn writes, I/O errors at every point, damaged files, a second process.
 
-mod common;
-
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::common::TempDir;
 use bavl_core::{Digest, Tree};
 use bavl_store::{
     check::check, Backend, CheckpointPolicy, DirBackend, FaultyBackend, Options, Store, StoreError,
 };
 use bavl_workload::{block, next_key, Mix, Op};
-use common::TempDir;
 
 const SEED: u64 = 5;
 const POLICY: CheckpointPolicy = CheckpointPolicy::Auto { log_ratio: 0.5, min_log_bytes: 2048 };
@@ -38,7 +36,7 @@ fn mix() -> Mix {
 /// Applies block `v` to the store (stopping at the first error).
 fn apply_store(store: &mut Store, v: u64) -> Result<(), StoreError> {
     let ops = if PAGED.get() {
-        common::reference_block(SEED, mix(), v)
+        crate::common::reference_block(SEED, mix(), v)
     } else {
         block(SEED, v, mix(), |p| {
             next_key(|lo| store.working().range(lo, Bound::Unbounded), p).expect("resident")

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bavl_core::{verify_membership, Sha256, Tree};
 use bavl_store::{
@@ -11,26 +11,7 @@ use bavl_store::{
 };
 use bavl_workload::{block, initial, next_key, Mix, Op};
 
-pub struct TempDir(pub PathBuf);
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "bavl-test-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        TempDir(p)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::common::TempDir;
 
 fn opts(capacity: u32, keep: u64, policy: CheckpointPolicy) -> Options {
     Options {

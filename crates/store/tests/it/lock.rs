@@ -4,18 +4,16 @@
 //! change at all (proved on a backend that refuses every change, as a read-only mount
 //! does, and by every file's identity, size and time staying the same).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::common::TempDir;
 use bavl_store::{
     Backend, CheckpointPolicy, DirBackend, MemBackend, Options, Store, StoreError, WriteFile,
 };
-use common::TempDir;
 
 fn opts() -> Options {
     Options { capacity: Some(8), checkpoint: CheckpointPolicy::Manual, ..Options::default() }

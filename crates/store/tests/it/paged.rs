@@ -3,14 +3,12 @@
 //! needs, across checkpoints (which read absent chunks back) and reopens; its roots
 //! must equal an unpaged store's at every version, and its reads the model's.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use crate::common::TempDir;
 use bavl_core::{verify_range, Sha256};
 use bavl_store::{CheckpointPolicy, Options, Store};
-use common::TempDir;
 
 fn paged(budget: u64) -> Options {
     Options {
