@@ -2,15 +2,13 @@
 //! reads back, a node restarted from its files, and a fourth node joining (ranges move to
 //! it, their snapshots' chunks fetched over TCP).
 
-mod tcpnet;
-
 use std::time::Duration;
 
+use crate::tcpnet::{client, options, transport, wait_ranges, Net};
 use bavl_cluster::msg::{ClientOp, ClientReply};
 use bavl_cluster::node::Node;
 use bavl_cluster::tcp::serve;
 use bavl_cluster::types::NodeInfo;
-use tcpnet::{client, options, transport, wait_ranges, Net};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tcp_cluster_splits_and_serves_after_a_restart() {

@@ -3,10 +3,8 @@
 //! and the planner merges the small, cold ranges back into one; every key left reads back
 //! and a deleted one reads absent.
 
-mod tcpnet;
-
+use crate::tcpnet::{wait_ranges, Net};
 use bavl_cluster::load::LoadOptions;
-use tcpnet::{wait_ranges, Net};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_cold_ranges_merge_back_over_tcp() {

@@ -3,19 +3,17 @@
 //! and the clients go on after a node restarts under them (their connection to it breaks
 //! and is opened again).
 
-mod tcpnet;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::tcpnet::{options, transport, Net};
 use bavl_cluster::client::{Client, ClientError, ClientOptions};
 use bavl_cluster::msg::Transport;
 use bavl_cluster::mux::MuxTransport;
 use bavl_cluster::node::Node;
 use bavl_cluster::tcp::serve;
-use tcpnet::{options, transport, Net};
 
 /// `n` clients on one transport; `multiplexed_only`: even a lone call multiplexed (else
 /// it goes plain, and only concurrent calls share the connection).

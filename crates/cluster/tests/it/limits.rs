@@ -4,8 +4,6 @@
 //! all closed by the node, on plain and multiplexed connections alike; and the clients'
 //! side does not send on a connection the node closed.
 
-mod tcpnet;
-
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,7 +33,7 @@ impl One {
         let dir = tempfile::tempdir().unwrap();
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let base = tcpnet::options(dir.path(), 1, LoadOptions::default());
+        let base = crate::tcpnet::options(dir.path(), 1, LoadOptions::default());
         let opts = NodeOptions { replicas: 1, seeds: vec![1], rebalance: false, ..base };
         let node = Node::open(1, opts, transport(addr)).await.unwrap();
         node.bootstrap(&BTreeSet::from([1])).await.unwrap();

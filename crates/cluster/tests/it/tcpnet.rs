@@ -1,6 +1,5 @@
 //! Nodes in one process over real TCP on loopback, with fsynced logs: what the TCP tests
 //! share.
-#![allow(dead_code)]
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
