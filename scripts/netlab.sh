@@ -43,8 +43,14 @@ install_proxy() {
     if [ -x "$SYNCLAB" ]; then return 0; fi
     [ -z "${BAVL_SYNCLAB:-}" ] || die "BAVL_SYNCLAB=$SYNCLAB is not an executable"
     command -v cargo >/dev/null || die "cargo is needed to build the delay proxy"
-    log "building bavl-synclab (the delay proxy) with cargo"
-    (cd "$ROOT" && cargo build --release -q -p bavl-synclab)
+    log "building bavl-synclab (the delay proxy) with cargo, in the lab workspace"
+    # The lab (lab/) is its own workspace sharing the product's target directory; a
+    # relative CARGO_TARGET_DIR is made absolute before cargo runs there.
+    if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+        CARGO_TARGET_DIR="$(realpath -m "$CARGO_TARGET_DIR")"
+        export CARGO_TARGET_DIR
+    fi
+    (cd "$ROOT/lab" && cargo build --release -q -p bavl-synclab)
 }
 
 # The RTT in ms of peer i (1-based) of n, from "MS" or "LO-HI".
