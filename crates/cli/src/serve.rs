@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use bavl_sync::http::{self, Byzantine, Catalog, ExportDir, Objects, Server};
+use bavl_sync::http::{self, Catalog, ExportDir, Objects, Server};
 
 use crate::store_cmds::{open_existing_with, DbArg};
 use crate::text::bytes;
@@ -32,14 +32,6 @@ pub struct ServeArgs {
     /// whole; the whole state otherwise).
     #[arg(long, value_name = "M")]
     cache_mib: Option<u64>,
-    /// Test facility: lie in one fixed way (docs/sync-protocol.md §9), otherwise serve
-    /// honestly. KIND: wrong-bytes, wrong-index, other-version, truncate, overlong,
-    /// endless, stall, trickle, http-error, garbage, redirect-loop, lying-manifest,
-    /// wrong-version; or attack the client's progress (docs/sync-adversarial.md):
-    /// drip-head, drip-body, endless-trailers, no-chunk-zero, huge-manifest, slow,
-    /// early-hints, gzip-manifest, reset-truncate.
-    #[arg(long, value_name = "KIND", hide = true)]
-    byzantine: Option<Byzantine>,
     /// Exit when standard input reaches its end (a parent that spawned this server with a
     /// pipe dies or closes it: no orphan servers).
     #[arg(long, hide = true)]
@@ -60,6 +52,17 @@ Exit status: 2 bad arguments, no store there, or the address cannot be bound; 3 
 is damaged.";
 
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    serve_with(args, "", |server| server)
+}
+
+/// [`serve`], with `adapt` applied to the bound server before it runs and `label` added
+/// to the line on stderr that says what is served (the harness's lying server:
+/// `Server::byzantine`, feature `liars` of bavl-sync, which `bavl` never enables).
+pub fn serve_with(
+    args: &ServeArgs,
+    label: &str,
+    adapt: impl FnOnce(Server) -> Server,
+) -> Result<ExitCode> {
     // Like `bavl sync`, a response buffer per chunk on many connection threads: with huge
     // pages each first touch zeroes 2 MiB (measured in the netlab, 10 peers: their first
     // sync served cost 1.6 CPU-s, the ones after 0.4; `docs/sync-protocol.md` §8).
@@ -100,14 +103,11 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         }
         (None, None) => anyhow::bail!("--db or --dir is required"),
     };
-    let mut server = Server::bind_objects(&args.listen, objects)
+    let server = Server::bind_objects(&args.listen, objects)
         .with_context(|| format!("listening on {}", args.listen))?;
-    if let Some(kind) = args.byzantine {
-        server = server.byzantine(kind);
-    }
+    let server = adapt(server);
     let addr = server.local_addr().context("reading the bound address")?;
-    let liar = args.byzantine.map_or(String::new(), |k| format!(", BYZANTINE: {k}"));
-    eprintln!("bavl serve: {what}{liar}");
+    eprintln!("bavl serve: {what}{label}");
     let mut out = std::io::stdout();
     writeln!(out, "serving http://{addr}").and_then(|()| out.flush()).context("stdout")?;
     if args.exit_on_eof {

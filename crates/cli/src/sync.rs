@@ -151,7 +151,8 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
     };
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary)? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        bavl_store::write_file_atomic(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     code
 }
@@ -388,7 +389,8 @@ fn write_store(
     Ok(())
 }
 
-pub(crate) fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
+/// The progress bar of a sync (hidden if `quiet`), fed by [`update_bar`].
+pub fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     if quiet {
         return indicatif::ProgressBar::hidden();
     }
@@ -401,12 +403,8 @@ pub(crate) fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     bar
 }
 
-pub(crate) fn update_bar(
-    bar: &indicatif::ProgressBar,
-    s: &Syncer,
-    fetched: u64,
-    ev: &[SourceEvent],
-) {
+/// Shows the syncer's progress: chunks verified of the total, rate, sources, bans.
+pub fn update_bar(bar: &indicatif::ProgressBar, s: &Syncer, fetched: u64, ev: &[SourceEvent]) {
     let st = s.status();
     if let Some(total) = st.total {
         bar.set_length(total);

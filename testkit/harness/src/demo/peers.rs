@@ -1,5 +1,8 @@
-//! The demo's peers: `bavl serve --dir` child processes of this same binary on loopback
-//! ports, some started with `--byzantine KIND`.
+//! The demo's peers on loopback ports, each serving the demo's `bavl export` directory:
+//! the honest ones are `bavl serve --dir` processes of the shipped `bavl` (found beside
+//! this binary, or given with `--bavl`), the liars `bavl-harness serve-liar --byzantine
+//! KIND --dir` processes of this binary (the lying server is the `liars` feature of
+//! bavl-sync, which `bavl` never enables).
 //!
 //! Every child is killed and reaped when [`Peers`] is dropped, which happens on every way
 //! out of the demo (success, error, panic). Each child also runs with `--exit-on-eof` and
@@ -48,17 +51,20 @@ pub fn assign(
 }
 
 impl Peers {
-    /// Starts one `bavl serve --dir dir` process per entry of `kinds` and waits until each
+    /// Starts one process serving `dir` per entry of `kinds` (`bavl serve` from `bavl`
+    /// for an honest peer, `bavl-harness serve-liar` for a liar) and waits until each
     /// listens. On error, those already started are stopped.
-    pub fn start(dir: &Path, kinds: &[Option<Byzantine>]) -> Result<Peers> {
-        let exe = std::env::current_exe().context("locating the bavl binary")?;
+    pub fn start(dir: &Path, kinds: &[Option<Byzantine>], bavl: &Path) -> Result<Peers> {
+        let harness = std::env::current_exe().context("locating the bavl-harness binary")?;
         let mut peers = Peers { children: Vec::new(), peers: Vec::new() };
         for &kind in kinds {
-            let mut cmd = Command::new(&exe);
-            cmd.args(["serve", "--listen", "127.0.0.1:0", "--exit-on-eof", "--dir"]).arg(dir);
-            if let Some(k) = kind {
-                cmd.args(["--byzantine", k.name()]);
-            }
+            let exe = if kind.is_some() { &harness } else { bavl };
+            let mut cmd = Command::new(exe);
+            match kind {
+                Some(k) => cmd.args(["serve-liar", "--byzantine", k.name()]),
+                None => cmd.arg("serve"),
+            };
+            cmd.args(["--listen", "127.0.0.1:0", "--exit-on-eof", "--dir"]).arg(dir);
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
             let mut child = cmd.spawn().with_context(|| format!("starting {}", exe.display()))?;
             let (pid, stdout) = (child.id(), child.stdout.take());

@@ -3,15 +3,13 @@
 //! liar and writes a store that opens at the version and root; a killed sync resumes
 //! without fetching again what it had.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{self, start_until as start, Kill, TempDir};
 use bavl_store::{Options, Store};
-use common::{start_until as start, Kill, TempDir};
 
 /// A store of 3000 keys over two versions; (version, root hex).
 fn make_store(db: &std::path::Path) -> (u64, String) {

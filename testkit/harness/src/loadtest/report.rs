@@ -102,7 +102,7 @@ pub(super) fn render(
     f: &StatsJson,
 ) -> String {
     let mut o = vec![format!(
-        "bavl loadtest {}: seed {}, capacity {}, keep {}",
+        "bavl-harness loadtest {}: seed {}, capacity {}, keep {}",
         args.db.display(),
         args.seed,
         f.capacity,

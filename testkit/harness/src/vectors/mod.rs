@@ -1,4 +1,4 @@
-//! `bavl vectors`: known-answer test vectors for verifiers in other languages.
+//! `bavl-harness vectors`: known-answer test vectors for verifiers in other languages.
 //!
 //! For each fixed tree of [`trees`] the file records the operations that built it, its
 //! entries and root, membership / absence / range proofs, every exported chunk with what
@@ -169,7 +169,7 @@ pub fn run(out: &Path, check: bool) -> Result<ExitCode> {
             let line = disk.lines().zip(text.lines()).position(|(a, b)| a != b);
             let at = line.map_or("its length".to_string(), |l| format!("line {}", l + 1));
             eprintln!(
-                "{} is out of date (first difference at {at}): run `bavl vectors --out {}`",
+                "{} is out of date (first difference at {at}): run `bavl-harness vectors --out {}`",
                 out.display(),
                 out.display()
             );

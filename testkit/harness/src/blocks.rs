@@ -1,6 +1,6 @@
 //! What every version of a load test contains, applied the same way to a durable
-//! [`Store`] (by `bavl loadtest`) and to an in-memory [`Tree`] (the reference of
-//! `bavl crashtest`), so the two can be compared root for root.
+//! [`Store`] (by `bavl-harness loadtest`) and to an in-memory [`Tree`] (the reference of
+//! `bavl-harness crashtest`), so the two can be compared root for root.
 //!
 //! Versions `1..=initial_versions` load the initial state of `seed`
 //! ([`bavl_workload::initial`]) in batches of [`INITIAL_BATCH`] keys; every later version

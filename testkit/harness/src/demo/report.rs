@@ -145,7 +145,7 @@ impl Report {
         let liars = self.peers.iter().filter(|p| p.behaviour != "honest").count();
         let (keys, peers) = (group(self.keys), self.peers.len());
         o.push(format!(
-            "bavl demo: sync {keys} keys over HTTP from {peers} peer processes ({liars} lying), \
+            "bavl-harness demo: sync {keys} keys over HTTP from {peers} peer processes ({liars} lying), \
              knowing only the root hash"
         ));
         o.push(String::new());
@@ -163,7 +163,7 @@ impl Report {
         ));
         let pids: Vec<String> = self.peers.iter().map(|p| p.pid.to_string()).collect();
         o.push(format!(
-            "peers    `bavl serve --dir` processes on 127.0.0.1 (pids {}), liars with --byzantine",
+            "peers    `bavl serve --dir` processes on 127.0.0.1, liars `bavl-harness serve-liar` (pids {})",
             pids.join(" ")
         ));
     }

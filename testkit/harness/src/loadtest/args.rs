@@ -1,4 +1,4 @@
-//! The arguments of `bavl loadtest`, its help text, and the store options and block mix
+//! The arguments of `bavl-harness loadtest`, its help text, and the store options and block mix
 //! they ask for.
 
 use std::path::PathBuf;
@@ -102,15 +102,15 @@ pub struct LoadtestArgs {
 }
 
 pub const HELP: &str = "Examples:
-  bavl loadtest --db /tmp/lt --initial 1000000 --blocks 50 --inserts 4000 --updates 5000 --deletes 1000
-  bavl loadtest --db /tmp/lt --blocks 20 --inserts 4000 --updates 5000 --deletes 1000 --proofs
-  bavl loadtest --db /tmp/lt --blocks 100 --inserts 100 --updates 0 --manual-checkpoints --json lt.json
-  bavl loadtest --db /tmp/big --initial 10000000 --blocks 50 --inserts 4000 --updates 5000 --deletes 1000 --cache-mib 512
+  bavl-harness loadtest --db /tmp/lt --initial 1000000 --blocks 50 --inserts 4000 --updates 5000 --deletes 1000
+  bavl-harness loadtest --db /tmp/lt --blocks 20 --inserts 4000 --updates 5000 --deletes 1000 --proofs
+  bavl-harness loadtest --db /tmp/lt --blocks 100 --inserts 100 --updates 0 --manual-checkpoints --json lt.json
+  bavl-harness loadtest --db /tmp/big --initial 10000000 --blocks 50 --inserts 4000 --updates 5000 --deletes 1000 --cache-mib 512
 
 Each block is Workload B: --inserts new random 20-byte keys with 100-byte values, --updates
 and --deletes of existing keys picked uniformly, shuffled together. Block v depends only on
 --seed, v and the state, so running 10 blocks then 10 more commits the same roots as 20 at
-once, and `bavl crashtest` can follow a store it kills with an in-memory reference.
+once, and `bavl-harness crashtest` can follow a store it kills with an in-memory reference.
 
 With --cache-mib the state may be larger than memory: chunk bodies beyond the budget live in
 a page file and are read back (each verified against its hash) when a block needs them;

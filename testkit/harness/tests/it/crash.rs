@@ -1,11 +1,9 @@
-//! `bavl crashtest`: ten kills of a committing `bavl loadtest`, each followed by a check,
+//! `bavl-harness crashtest`: ten kills of a committing `bavl-harness loadtest`, each followed by a check,
 //! a reopen and an exact comparison with the in-memory reference, must find no failure.
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bavl, expect_code, path_str, stdout, TempDir};
+use crate::common::{bavl, expect_code, path_str, stdout, TempDir};
 use serde_json::Value;
 
 #[test]

@@ -8,15 +8,13 @@
 //! backends lie and tell the truth. The state is small (2,000 keys, capacity 16, about 150
 //! chunks) and the grace period 1 s, so the whole file runs in seconds.
 
-mod common;
-
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::{self, Kill, TempDir};
 use bavl_store::{Options, Store};
 use bavl_sync::http::Byzantine;
-use common::{Kill, TempDir};
 use serde_json::Value;
 
 /// A store of two versions (2,000 keys; then 100 of them changed) and both exported.
@@ -64,7 +62,7 @@ impl Setup {
     /// status and JSON summary.
     fn sync(&self, peers: &[String], extra: &[&str]) -> (std::process::Output, Value) {
         let (db, json) = (self.dir.join("synced"), self.dir.join("summary.json"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bavl"));
+        let mut cmd = Command::new(common::bavl_bin());
         cmd.args(["sync", "--quiet", "--grace", "1", "--timeout", "5", "--backoff", "0.05"])
             .args(["--root", &self.root, "--version", &self.version.to_string()])
             .arg("--db")
@@ -90,11 +88,8 @@ impl Setup {
 }
 
 fn serve(what: &str, path: &Path, kind: Option<Byzantine>) -> (Kill, String) {
-    let mut args: Vec<OsString> = vec![what.into(), path.into()];
-    if let Some(k) = kind {
-        args.extend(["--byzantine".into(), k.name().into()]);
-    }
-    common::serve(&args)
+    let args: Vec<OsString> = vec![what.into(), path.into()];
+    common::serve(&args, kind.map(Byzantine::name))
 }
 
 /// What the summary must say of a liar.

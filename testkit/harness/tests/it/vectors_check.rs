@@ -1,4 +1,4 @@
-//! The committed vectors match the code: `bavl vectors --check` regenerates them in memory
+//! The committed vectors match the code: `bavl-harness vectors --check` regenerates them in memory
 //! and fails if `docs/vectors/core.json` differs.
 
 use std::path::PathBuf;
@@ -7,14 +7,14 @@ use std::process::Command;
 #[test]
 fn committed_vectors_match_the_code() {
     let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/vectors/core.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_bavl"))
+    let out = Command::new(crate::common::harness())
         .args(["vectors", "--check", "--out"])
         .arg(&file)
         .output()
         .expect("run bavl vectors --check");
     assert!(
         out.status.success(),
-        "bavl vectors --check failed; regenerate with `cargo run -p bavl-cli -- vectors`\nstdout: {}\nstderr: {}",
+        "bavl-harness vectors --check failed; regenerate with `cargo run -p bavl-harness -- vectors`\nstdout: {}\nstderr: {}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -24,7 +24,7 @@ fn committed_vectors_match_the_code() {
 fn check_fails_on_a_stale_file() {
     let file = std::env::temp_dir().join(format!("bavl-stale-vectors-{}.json", std::process::id()));
     std::fs::write(&file, "{}\n").expect("write a stale file");
-    let status = Command::new(env!("CARGO_BIN_EXE_bavl"))
+    let status = Command::new(crate::common::harness())
         .args(["vectors", "--check", "--out"])
         .arg(&file)
         .output()

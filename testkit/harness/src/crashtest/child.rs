@@ -1,4 +1,4 @@
-//! The crash test's child: `bavl loadtest --print-roots` spawned on the store, its output
+//! The crash test's child: `bavl-harness loadtest --print-roots` spawned on the store, its output
 //! read on threads of their own (the versions and roots it reports as committed, the
 //! moment it reports the store open), and a guard that kills and reaps it on every way
 //! out.

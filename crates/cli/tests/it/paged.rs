@@ -4,13 +4,11 @@
 //! give is byte for byte what the same store gives fully loaded, and a sync from them
 //! writes a store at the same root.
 
-mod common;
-
 use std::io::{Read, Write};
 
+use crate::common::{self, TempDir};
 use bavl_store::{CheckpointPolicy, Options, Store};
 use bavl_sync::Manifest;
-use common::TempDir;
 
 /// A paged store of 3000 keys whose newest checkpoint is a skeleton and whose every
 /// body is in its chunk files; (version, root hex).

@@ -2,13 +2,11 @@
 //! that goes away, a second writer after `rm LOCK`, a writer whose directory is moved, a
 //! directory of another program, and a store on a read-only mount.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bavl, expect_code, path_str, start_until, stderr, TempDir};
+use crate::common::{self, bavl, expect_code, path_str, start_until, stderr, TempDir};
 
 fn small_store(dir: &TempDir) -> PathBuf {
     let db = dir.join("db");
@@ -36,7 +34,7 @@ fn small_store(dir: &TempDir) -> PathBuf {
 fn with_closed_stdout(args: &[&str]) -> std::process::Output {
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
-    Command::new(env!("CARGO_BIN_EXE_bavl"))
+    Command::new(common::bin_for(args[0]))
         .args(args)
         .stdout(writer)
         .stderr(Stdio::piped())
@@ -72,7 +70,7 @@ fn every_command_exits_quietly_when_its_reader_goes_away() {
 
 /// A load test that keeps committing until killed, and its first `committed` line.
 fn endless_writer(db: &Path, seed: &str) -> common::Kill {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bavl"));
+    let mut cmd = Command::new(common::harness());
     cmd.args(["loadtest", "--db", path_str(db), "--blocks", "100000000", "--inserts", "20"])
         .args(["--updates", "20", "--capacity", "16", "--seed", seed, "--print-roots", "--quiet"]);
     start_until(cmd, "committed ").0
@@ -166,14 +164,15 @@ fn the_read_only_commands_work_on_a_read_only_mount() {
     }
     let ro = dir.join("ro");
     std::fs::create_dir(&ro).unwrap();
-    let bin = env!("CARGO_BIN_EXE_bavl");
+    let (bin, harness) = (common::bavl_bin(), common::harness());
+    let (bin, harness) = (bin.display(), harness.display());
     let (src, dst) = (path_str(&db), path_str(&ro));
     let script = format!(
         "mount --bind {src} {dst} && mount -o remount,bind,ro {dst} && \
          {bin} check --db {dst} >/dev/null && {bin} stats --db {dst} --json >/dev/null && \
          {bin} prove --db {dst} --key 00 >/dev/null && \
          {{ {bin} get --db {dst} --key 00 >/dev/null; [ $? -le 1 ]; }} && \
-         {{ {bin} loadtest --db {dst} --blocks 1 --inserts 1 --updates 0 --quiet; [ $? -eq 2 ]; }}"
+         {{ {harness} loadtest --db {dst} --blocks 1 --inserts 1 --updates 0 --quiet; [ $? -eq 2 ]; }}"
     );
     let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
     assert!(out.status.success(), "on a read-only mount:\n{}", stderr(&out));

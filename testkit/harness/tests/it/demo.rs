@@ -1,5 +1,5 @@
-//! `bavl demo` end to end, with real peer processes on loopback: a small state synced over
-//! HTTP from lying `bavl serve --byzantine` peers rebuilds the source root, every liar is
+//! `bavl-harness demo` end to end, with real peer processes on loopback (`bavl serve` and
+//! `bavl-harness serve-liar`): a small state synced over HTTP from lying peers rebuilds the source root, every liar is
 //! banned and no honest peer is; with only liars the sync fails non-zero. Either way no
 //! peer process outlives the demo.
 
@@ -10,13 +10,13 @@ use serde_json::Value;
 
 fn demo(name: &str, args: &[&str]) -> (Output, Value) {
     let json = std::env::temp_dir().join(format!("bavl-demo-{name}-{}.json", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_bavl"))
+    let out = Command::new(crate::common::harness())
         .arg("demo")
         .args(args)
         .arg("--json")
         .arg(&json)
         .output()
-        .expect("run bavl demo");
+        .expect("run bavl-harness demo");
     let text = std::fs::read_to_string(&json).expect("the demo writes its --json report");
     let _ = std::fs::remove_file(&json);
     (out, serde_json::from_str(&text).expect("the report is JSON"))

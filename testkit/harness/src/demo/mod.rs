@@ -1,8 +1,9 @@
-//! `bavl demo`: state sync for real, on loopback (issue 4 §6).
+//! `bavl-harness demo`: state sync for real, on loopback (issue 4 §6).
 //!
 //! Builds a state of pseudo-random keys and values and a later version of it, exports both
-//! as a `bavl export` directory, starts `--peers` `bavl serve --dir` processes of this
-//! same binary on loopback ports — `--liars` of them with `--byzantine KIND` — and syncs a
+//! as a `bavl export` directory, starts `--peers` processes serving it on loopback ports —
+//! `bavl serve --dir` of the shipped `bavl` for the honest ones, `bavl-harness serve-liar
+//! --byzantine KIND --dir` of this binary for the `--liars` — and syncs a
 //! fresh node from all of them over HTTP with the real client
 //! ([`bavl_sync::http::download`]: per-source adaptive windows, verification on worker
 //! threads, bans and refetches), knowing only the root hash and the version. The report
@@ -52,8 +53,8 @@ pub struct DemoArgs {
     /// How many of the peers lie (at most --peers).
     #[arg(long, default_value_t = 4)]
     liars: u16,
-    /// The lies the liars tell, in turn (comma-separated kinds of `bavl serve
-    /// --byzantine`): wrong-bytes, wrong-index, other-version, truncate, overlong, endless,
+    /// The lies the liars tell, in turn (comma-separated kinds of `bavl-harness
+    /// serve-liar --byzantine`): wrong-bytes, wrong-index, other-version, truncate, overlong, endless,
     /// stall, trickle, http-error, garbage, redirect-loop, lying-manifest, wrong-version.
     #[arg(
         long,
@@ -76,6 +77,34 @@ pub struct DemoArgs {
     /// Also write the report as JSON to PATH.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// The `bavl` binary whose `bavl serve` the honest peers run (default: `bavl` beside
+    /// this binary; `cargo build --release -p bavl-cli` puts it there).
+    #[arg(long, value_name = "PATH")]
+    bavl: Option<PathBuf>,
+}
+
+/// The `bavl` binary the honest peers run: `--bavl`, or `bavl` beside this binary.
+fn bavl_binary(given: Option<&Path>) -> Result<PathBuf> {
+    let path = match given {
+        Some(p) => p.to_path_buf(),
+        None => beside_this_binary("bavl")?,
+    };
+    ensure!(
+        path.is_file(),
+        "the honest peers run `bavl serve`, and {} is not there: build it first \
+         (`cargo build --release -p bavl-cli`, or the profile this binary was built with) \
+         or give --bavl PATH",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// `name` in the directory of the running binary (where cargo puts every binary of the
+/// workspace it builds with the same profile).
+fn beside_this_binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let dir = exe.parent().context("the directory of this binary")?;
+    Ok(dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX)))
 }
 
 /// Runs the demo; the exit code is non-zero if the sync failed or the roots differ.
@@ -88,12 +117,13 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         .context("--grace must be a positive number of seconds")?;
     let start = Instant::now();
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let bavl = bavl_binary(args.bavl.as_deref())?;
     let work = WorkDir::new(args.dir.as_deref())?;
     let (root, mut report) = source(args, &mut rng, &work.path)?;
     let kinds = peers::assign(args.peers.into(), args.liars.into(), &args.lies, &mut rng);
 
     let t = Instant::now();
-    let peers = Peers::start(&work.path, &kinds)?;
+    let peers = Peers::start(&work.path, &kinds, &bavl)?;
     report.timings.peers_ms = ms(t.elapsed());
     let threads = args.threads.map_or_else(
         || std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get),

@@ -1,8 +1,8 @@
-//! `bavl crashtest`: kill a committing process again and again, and check what survives.
+//! `bavl-harness crashtest`: kill a committing process again and again, and check what survives.
 //!
 //! The parent builds a fresh store (many small chunks, a checkpoint threshold so small
 //! that checkpoints, log rotations and deletions of old files happen all the time), then
-//! in each iteration spawns `bavl loadtest --print-roots` on it, reads the versions the
+//! in each iteration spawns `bavl-harness loadtest --print-roots` on it, reads the versions the
 //! child reports as committed, kills it with SIGKILL at a random moment and checks:
 //!
 //! - (a) the reopened version is at least the last version the child printed;
@@ -108,7 +108,7 @@ pub struct CrashtestArgs {
           value_parser = clap::value_parser!(u8).range(0..=100))]
     open_kills: u8,
     /// Page chunk bodies out and keep at most M MiB of them in memory, in the children
-    /// and in every reopen of this process (`bavl loadtest --cache-mib`): the soak of the
+    /// and in every reopen of this process (`bavl-harness loadtest --cache-mib`): the soak of the
     /// paged store. 0 evicts every body at every commit.
     #[arg(long, value_name = "M")]
     cache_mib: Option<u64>,
@@ -125,12 +125,12 @@ impl CrashtestArgs {
 }
 
 pub const HELP: &str = "Examples:
-  bavl crashtest                                   100 kills on a temporary store
-  bavl crashtest --iterations 200 --json docs/results/crash.json
-  bavl crashtest --iterations 20 --dir /tmp/crash --seed 7 --max-delay-ms 100
-  bavl crashtest --iterations 200 --cache-mib 0    the paged store: every body evicted at every commit
+  bavl-harness crashtest                                   100 kills on a temporary store
+  bavl-harness crashtest --iterations 200 --json docs/results/crash.json
+  bavl-harness crashtest --iterations 20 --dir /tmp/crash --seed 7 --max-delay-ms 100
+  bavl-harness crashtest --iterations 200 --cache-mib 0    the paged store: every body evicted at every commit
 
-Each iteration spawns this binary as `bavl loadtest --print-roots` on the store and kills
+Each iteration spawns this binary as `bavl-harness loadtest --print-roots` on the store and kills
 it with SIGKILL at a moment drawn from --seed: usually --min-delay-ms..=--max-delay-ms after
 the child reports the store open, sometimes (--open-kills %) while it is still opening.
 Then: (a) the reopened version is at least the last one the child printed as committed;

@@ -71,7 +71,7 @@ pub(super) fn report(
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     let aimed_open = r.rows.iter().filter(|row| row.aim == "open").count();
     let mut o = vec![format!(
-        "bavl crashtest: {} iterations, seed {}, {} initial keys (new epoch past {}), capacity {}, blocks of {} ops ({} inserts, {} updates, {} deletes)",
+        "bavl-harness crashtest: {} iterations, seed {}, {} initial keys (new epoch past {}), capacity {}, blocks of {} ops ({} inserts, {} updates, {} deletes)",
         args.iterations,
         args.seed,
         group(args.keys),
