@@ -246,3 +246,49 @@ fn a_stalled_body_is_banned_after_the_grace() {
     );
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
 }
+
+/// `http::get`, the plain bounded GET of other callers (bavl-abci's RPC client, the lab):
+/// any final status with its body, a query kept, redirects followed, the body bounded,
+/// the whole exchange bounded in time — a lying server's endless body and a stalled one
+/// end within the limits.
+#[test]
+fn a_plain_get_is_bounded_in_bytes_and_time() {
+    use bavl_sync::http::{Byzantine, GetError, Limits};
+    use bavl_sync::FailureKind;
+    let snap = snapshot(300);
+    let catalog = Catalog::new();
+    catalog.publish(1, snap.clone());
+    let server = Server::bind("127.0.0.1:0", catalog.clone()).unwrap().spawn().unwrap();
+    let limits = Limits::new(1 << 20, Duration::from_secs(5));
+    let listing = format!("{}{}", server.url(), protocol::listing_path());
+    let r = http::get(&format!("{listing}?x=1&y=%22"), &limits).unwrap();
+    assert_eq!((r.status, r.body), (200, catalog.listing_json()));
+    // A 404 is an answer, its body read.
+    let r = http::get(&format!("{}/v1/nothing", server.url()), &limits).unwrap();
+    assert_eq!(r.status, 404);
+    assert_eq!(r.body, b"not found\n");
+    // A body over the limit is refused.
+    let small = Limits::new(4, Duration::from_secs(5));
+    let failed = |e: GetError| match e {
+        GetError::Failed { kind, .. } => kind,
+        other => panic!("{other}"),
+    };
+    assert_eq!(failed(http::get(&listing, &small).unwrap_err()), FailureKind::TooLong);
+    assert!(matches!(http::get("https://x/", &limits), Err(GetError::Url(_))));
+    // Liars: an endless body ends at the limit; a redirect loop at the redirect limit; a
+    // stalled answer at the deadline.
+    let chunk = format!("/v1/chunks/{}/0", hex::encode(snap.root_hash()));
+    let liar = |kind| Server::bind("127.0.0.1:0", catalog.clone()).unwrap().byzantine(kind);
+    let endless = liar(Byzantine::Endless).spawn().unwrap();
+    let e = http::get(&format!("{}{chunk}", endless.url()), &limits).unwrap_err();
+    assert_eq!(failed(e), FailureKind::TooLong);
+    let looping = liar(Byzantine::RedirectLoop).spawn().unwrap();
+    let e = http::get(&format!("{}{chunk}", looping.url()), &limits).unwrap_err();
+    assert_eq!(failed(e), FailureKind::TooManyRedirects);
+    let stall = liar(Byzantine::Stall).spawn().unwrap();
+    let t = std::time::Instant::now();
+    let quick = Limits::new(1 << 20, Duration::from_secs(1));
+    let e = http::get(&format!("{}{chunk}", stall.url()), &quick).unwrap_err();
+    assert_eq!(failed(e), FailureKind::Timeout);
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}
