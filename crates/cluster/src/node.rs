@@ -22,32 +22,80 @@ use crate::range::RangeState;
 use crate::sm::seed_group;
 use crate::types::{Command, GroupId, NodeId, NodeInfo, RangeDesc, Response, DIRECTORY_GROUP};
 
-/// How a node runs.
+/// How a node runs. [`NodeOptions::default`] is how `bavl-cluster node` runs unless its
+/// flags say otherwise (the flags' defaults are these); `dir` and `seeds` have to be set.
 #[derive(Clone)]
 pub struct NodeOptions {
+    /// Where the node keeps its groups' logs, snapshots and markers. Default: empty (the
+    /// working directory), to be set.
     pub dir: PathBuf,
+    /// Whether Raft log appends are fsynced. Default [`Durability::Fsync`]: an acknowledged
+    /// write survives the machine going down, not only the process.
     pub durability: Durability,
+    /// openraft's settings for every group. Default: [`raft_config`]`(`[`HEARTBEAT_MS`]`,
+    /// `[`ELECTION_MIN_MS`]`, `[`SNAPSHOT_EVERY`]`)`.
     pub raft: Arc<openraft::Config>,
-    /// A range leader splits its range once it holds more keys than this.
+    /// A range leader splits its range once it holds more keys than this (keys). Default
+    /// 1000: ranges stay small enough that a replica moved or restored moves a small
+    /// snapshot, and a cluster of a few thousand keys already has several ranges to spread.
     pub split_keys: u64,
-    /// Chunk capacity of the ranges this node bootstraps.
+    /// Chunk capacity of the ranges this node bootstraps (entries per chunk, within
+    /// `bavl_core::MIN_CAPACITY..=MAX_CAPACITY`). Default `bavl_core::DEFAULT_CAPACITY`
+    /// (64), a tree's own default.
     pub capacity: u32,
     /// Fault injection for checking the checkers, never for use: serve gets from the local
-    /// state of any replica, without a read barrier (stale reads).
+    /// state of any replica, without a read barrier (stale reads). Default false.
     pub unsafe_local_reads: bool,
-    /// Period of the leader duties ([`Node::tick`]), in milliseconds.
+    /// Period of the leader duties ([`Node::tick`]), in milliseconds. Default 500: the
+    /// duties (reports, attests, moves, garbage checks) run on a multiple of it, and the
+    /// load window and `dead_ticks` count in it (a 10-tick window is 5 s, 15 dead ticks are
+    /// 7.5 s).
     pub tick_ms: u64,
-    /// Run the rebalancer when this node leads the directory (see `rebalance`).
+    /// Run the rebalancer when this node leads the directory (see `rebalance`). Default
+    /// true.
     pub rebalance: bool,
-    /// Replicas per range the rebalancer keeps.
+    /// Replicas per range the rebalancer keeps (replicas). Default 3: a range survives one
+    /// node down with a majority left.
     pub replicas: usize,
-    /// Nodes to ask for the directory when this node holds no replica of it.
+    /// Nodes to ask for the directory when this node holds no replica of it. Default
+    /// none, to be set (`bavl-cluster node` gives its other peers).
     pub seeds: Vec<NodeId>,
     /// Load measurement, load splits, dead-node detection (see `load`, `liveness`).
+    /// Default [`LoadOptions::default`](crate::load::LoadOptions::default).
     pub load: crate::load::LoadOptions,
 }
 
-/// openraft settings for the simulation and tests (milliseconds).
+/// openraft's heartbeat period of a node by default, in milliseconds.
+pub const HEARTBEAT_MS: u64 = 100;
+/// The shortest election timeout of a node by default, in milliseconds (the longest is
+/// twice that, see [`raft_config`]): six heartbeat periods, so a follower stands only after
+/// several heartbeats in a row went missing. A leader's lease lasts 3/4 of it (see `lease`).
+pub const ELECTION_MIN_MS: u64 = 600;
+/// Raft log entries between two log-compaction snapshots of a group by default (each one
+/// exports the whole range, serialises and fsyncs it).
+pub const SNAPSHOT_EVERY: u64 = 2000;
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            dir: PathBuf::new(),
+            durability: Durability::Fsync,
+            raft: raft_config(HEARTBEAT_MS, ELECTION_MIN_MS, SNAPSHOT_EVERY),
+            split_keys: 1000,
+            capacity: bavl_core::DEFAULT_CAPACITY,
+            unsafe_local_reads: false,
+            tick_ms: 500,
+            rebalance: true,
+            replicas: 3,
+            seeds: Vec::new(),
+            load: crate::load::LoadOptions::default(),
+        }
+    }
+}
+
+/// openraft settings (milliseconds; a snapshot every `snapshot_every` log entries, a fifth
+/// of that kept in the log after it): the election timeout lies in `election_min..2 *
+/// election_min`.
 pub fn raft_config(
     heartbeat: u64,
     election_min: u64,

@@ -16,7 +16,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use bavl_cluster::load::LoadOptions;
 use bavl_cluster::log_store::Durability;
-use bavl_cluster::node::{raft_config, Node, NodeOptions};
+use bavl_cluster::node::{
+    raft_config, Node, NodeOptions, ELECTION_MIN_MS, HEARTBEAT_MS, SNAPSHOT_EVERY,
+};
 use bavl_cluster::range::RangeState;
 use bavl_cluster::sm::seed_group;
 use bavl_cluster::tcp::TcpTransport;
@@ -41,7 +43,7 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 0)]
     pub keys: u64,
     /// Chunk capacity of the ranges' trees.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = NodeOptions::default().capacity)]
     pub capacity: u32,
     /// A range splits once it holds more keys than this.
     #[arg(long, default_value_t = 1 << 40)]
@@ -49,8 +51,8 @@ pub struct NodeArgs {
     #[arg(long)]
     pub no_fsync: bool,
     /// Raft log entries between two log-compaction snapshots of a group (the whole range
-    /// exported, serialised and fsynced); `bavl-cluster node` uses 2000.
-    #[arg(long, default_value_t = 2000)]
+    /// exported, serialised and fsynced); `bavl-cluster node` uses the same default.
+    #[arg(long, default_value_t = SNAPSHOT_EVERY)]
     pub snapshot_every: u64,
     /// The directory leader merges two neighbouring ranges once both hold at most this
     /// many keys, however busy they are (0: never; `bavl-cluster node --merge-keys`).
@@ -129,12 +131,10 @@ pub async fn run(a: NodeArgs) -> Result<()> {
     let opts = NodeOptions {
         dir: a.dir.clone(),
         durability: if a.no_fsync { Durability::NoSync } else { Durability::Fsync },
-        // The settings of `bavl-cluster node` (unless --snapshot-every says otherwise).
-        raft: raft_config(100, 600, a.snapshot_every),
+        // The timing of `bavl-cluster node` (unless --snapshot-every says otherwise).
+        raft: raft_config(HEARTBEAT_MS, ELECTION_MIN_MS, a.snapshot_every),
         split_keys: a.split_keys,
         capacity: a.capacity,
-        unsafe_local_reads: false,
-        tick_ms: 500,
         // Every group has a replica on every node: nothing for a rebalancer to move, and
         // the placement stays what the experiment set.
         rebalance: false,
@@ -142,6 +142,8 @@ pub async fn run(a: NodeArgs) -> Result<()> {
         seeds: peers.keys().copied().filter(|p| *p != a.id).collect(),
         // Merges under load, for the merges experiment: any load counts as cold.
         load: LoadOptions { merge_keys: a.merge_keys, merge_load: u64::MAX, ..Default::default() },
+        // The rest (the 500 ms tick) as `bavl-cluster node`.
+        ..NodeOptions::default()
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await

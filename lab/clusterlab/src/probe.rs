@@ -57,7 +57,11 @@ pub async fn run(run: &RunArgs, a: &ProbeArgs, work: &Path) -> Result<()> {
     let mut port = run.port;
     let mut base: Option<f64> = None;
     for &p in &a.partitions {
-        let c = LabCluster::start(&work.join(format!("probe-p{p}")), port, config(&s, p, 64))?;
+        let c = LabCluster::start(
+            &work.join(format!("probe-p{p}")),
+            port,
+            config(&s, p, s.capacity_default),
+        )?;
         port += 10;
         c.wait_ready(Duration::from_secs(60)).await?;
         let bg = background(&c, s.idle_s).await;

@@ -70,7 +70,7 @@ impl Setup {
             cache_partitions: if q { vec![8] } else { vec![4, 8] },
             capacities: if q { vec![16] } else { vec![16, 64, 256, 1024] },
             capacity_partitions: 8,
-            capacity_default: 64,
+            capacity_default: bavl_cluster::node::NodeOptions::default().capacity,
             split_preload: if q { 1_000 } else { 2_000 },
             split_keys: if q { 1_200 } else { 2_400 },
             split_phase_s: if q { [1.0, 3.0, 1.0] } else { [4.0, 10.0, 4.0] },
@@ -84,7 +84,7 @@ impl Setup {
             history_split_keys: if q { 150 } else { 300 },
             history_clients: 8,
             no_fsync: a.no_fsync,
-            snapshot_every: 2000,
+            snapshot_every: bavl_cluster::node::SNAPSHOT_EVERY,
             setting_partitions: vec![1, 8],
             settings: if q {
                 vec!["one_partition".into(), "fixed_clients".into()]

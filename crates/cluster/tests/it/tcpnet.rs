@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bavl_cluster::client::{Client, ClientOptions};
 use bavl_cluster::load::LoadOptions;
-use bavl_cluster::log_store::Durability;
 use bavl_cluster::msg::Transport;
 use bavl_cluster::node::{raft_config, Node, NodeOptions};
 use bavl_cluster::tcp::{serve, TcpTransport};
@@ -20,17 +19,15 @@ use tokio::task::JoinHandle;
 pub fn options(dir: &Path, id: u64, load: LoadOptions) -> NodeOptions {
     NodeOptions {
         dir: dir.join(format!("node-{id}")),
-        durability: Durability::Fsync,
         // Snapshots every 40 entries: a joining node gets snapshots past the origin.
         raft: raft_config(50, 300, 40),
         split_keys: 40,
         capacity: 8,
-        unsafe_local_reads: false,
         tick_ms: 100,
-        rebalance: true,
-        replicas: 3,
         seeds: vec![1, 2, 3],
         load,
+        // Fsynced logs, the rebalancer on, 3 replicas per range.
+        ..NodeOptions::default()
     }
 }
 

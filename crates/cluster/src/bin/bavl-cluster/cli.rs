@@ -9,8 +9,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use bavl_cluster::client::{Client, ClientOptions};
 use bavl_cluster::limits::ConnLimits;
+use bavl_cluster::load::LoadOptions;
 use bavl_cluster::log_store::Durability;
-use bavl_cluster::node::{raft_config, Node, NodeOptions};
+use bavl_cluster::node::{Node, NodeOptions};
 use bavl_cluster::tcp::{serve_with, TcpTransport};
 use bavl_cluster::types::NodeId;
 use clap::{Parser, Subcommand};
@@ -136,17 +137,17 @@ pub struct Peers {
 #[derive(clap::Args, Clone)]
 pub struct Tuning {
     /// A range splits once it holds more keys than this.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = NodeOptions::default().split_keys)]
     split_keys: u64,
     /// Chunk capacity of the ranges' trees (4..=bavl's maximum).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = NodeOptions::default().capacity)]
     capacity: u32,
     /// Do not fsync the Raft logs (measurement only: an acknowledged write can be lost
     /// when the machine, not just the process, goes down).
     #[arg(long)]
     no_fsync: bool,
     /// Replicas per range the rebalancer keeps.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = NodeOptions::default().replicas)]
     replicas: usize,
     /// Do not run the rebalancer on this node (when it leads the directory).
     #[arg(long)]
@@ -157,11 +158,11 @@ pub struct Tuning {
     split_load: Option<u64>,
     /// A load split leaves at least this many chunks on each side: a range that stays hot
     /// stops splitting there instead of going down to one chunk.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = LoadOptions::default().split_load_floor_chunks)]
     split_load_floor_chunks: u64,
     /// The directory leader counts a node silent for this many ticks (500 ms) as dead and
     /// re-creates its replicas elsewhere.
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = LoadOptions::default().dead_ticks)]
     dead_ticks: u64,
     /// The directory leader merges two neighbouring ranges on the same replicas when both
     /// hold at most this many keys and serve at most `--merge-load` operations per second
@@ -169,7 +170,7 @@ pub struct Tuning {
     #[arg(long)]
     merge_keys: Option<u64>,
     /// Operations per second under which a range counts as cold for a merge.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = LoadOptions::default().merge_load)]
     merge_load: u64,
 }
 
@@ -300,25 +301,24 @@ async fn run_node(
     }
     let fresh = !dir.exists() || std::fs::read_dir(&dir)?.next().is_none();
     let transport = TcpTransport::new(peers.clone(), Duration::from_secs(3));
+    let load = LoadOptions::default();
     let opts = NodeOptions {
         dir,
         durability: if t.no_fsync { Durability::NoSync } else { Durability::Fsync },
-        raft: raft_config(100, 600, 2000),
         split_keys: t.split_keys,
         capacity: t.capacity,
-        unsafe_local_reads: false,
-        tick_ms: 500,
         rebalance: !t.no_rebalance,
         replicas: t.replicas,
         seeds: peers.keys().copied().filter(|p| *p != id).collect(),
-        load: bavl_cluster::load::LoadOptions {
-            split_load: t.split_load.unwrap_or(u64::MAX),
+        load: LoadOptions {
+            split_load: t.split_load.unwrap_or(load.split_load),
             split_load_floor_chunks: t.split_load_floor_chunks,
             dead_ticks: t.dead_ticks,
-            merge_keys: t.merge_keys.unwrap_or(0),
+            merge_keys: t.merge_keys.unwrap_or(load.merge_keys),
             merge_load: t.merge_load,
-            ..Default::default()
+            ..load
         },
+        ..NodeOptions::default()
     };
     let listener = tokio::net::TcpListener::bind(listen)
         .await
