@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A real CometBFT localnet of bavl-abci applications on loopback, and the checks CI runs:
-#   1. installs CometBFT (scripts/install-cometbft.sh, pinned) and builds bavl-abci;
+#   1. installs CometBFT (scripts/install-cometbft.sh, pinned) and builds bavl-abci (with
+#      its feature test-rigs: --byzantine, --snapshot-format baseline) and bavl;
 #   2. generates 4 validators and 1 joiner (`cometbft testnet`), each node and its app a
 #      separate process on its own 127.0.0.1 ports;
 #   3. starts the 4 validators, checks blocks commit, runs the load generator
@@ -11,7 +12,7 @@
 #   5. starts the joiner with state sync (rpc_servers, trust_height and trust_hash taken
 #      from the running chain), checks it restored a snapshot, verifying every bundle, and
 #      then follows the chain with the validators' app hashes (its own app's hash at height
-#      h equals the app hash in the validators' header h+1), and serves `bavl-abci query`
+#      h equals the app hash in the validators' header h+1), and serves `bavl query`
 #      reads whose header (genesis validators' signatures) and bavl proofs verify;
 #   With --byzantine KIND[,KIND...], validator 3's app (then 2's, 1's) serves lying
 #   snapshots (see bavl-abci serve --help); the joiner must refuse every lie (a forged
@@ -68,9 +69,12 @@ say() { printf 'localnet: %s\n' "$*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 
 cometbft="$(bash "$repo/scripts/install-cometbft.sh" | tail -1)"
-say "building bavl-abci (release)"
-(cd "$repo" && cargo build --release -q -p bavl-abci)
+say "building bavl-abci --features test-rigs and bavl (release)"
+# Two builds: the rigs (--byzantine, --snapshot-format) must not reach the bavl binary.
+(cd "$repo" && cargo build --release -q -p bavl-abci --features test-rigs)
+(cd "$repo" && cargo build --release -q -p bavl-cli)
 app_bin="$repo/target/release/bavl-abci"
+bavl_bin="$repo/target/release/bavl"
 
 declare -A PIDS=()   # name -> pid
 declare -a NODE_ID=()
@@ -335,16 +339,15 @@ wait_height 4 $(( $(height 0) + 3 ))
 check_app_hash 4 0
 wait_height 4 $(( $(height 0) + 3 ))
 check_app_hash 4 1
-# A trustless read through the joiner: the header verified against the genesis validators'
-# signatures, then the bavl proofs (membership of the load's marker, absence of a key).
+# Trustless reads through the joiner (`bavl query`): the header verified against the
+# genesis validators' signatures, then the bavl proofs (membership of the load's marker,
+# absence of a key).
 genesis="$DIR/node4/config/genesis.json"
-"$app_bin" query --rpc "$(rpc 4)" --key "$(printf 'load-done-1' | od -An -tx1 | tr -d ' \n')" \
-    --genesis "$genesis" >"$DIR/logs/query.log" 2>&1 || fail "query (logs/query.log)"
+"$bavl_bin" query --rpc "$(rpc 4)" --key "$(printf 'load-done-1' | od -An -tx1 | tr -d ' \n')" \
+    --genesis "$genesis" >"$DIR/logs/query.log" 2>&1 || fail "bavl query of the marker (logs/query.log)"
 grep -q "^value=$(printf '%s' "$TXS" | od -An -tx1 | tr -d ' \n')$" "$DIR/logs/query.log" ||
     fail "the marker's value (logs/query.log)"
-# The same check through the bavl CLI (`bavl query`), for a key proved absent.
-(cd "$repo" && cargo build --release -q -p bavl-cli)
-"$repo/target/release/bavl" query --rpc "$(rpc 4)" --key 00ff00 --genesis "$genesis" \
+"$bavl_bin" query --rpc "$(rpc 4)" --key 00ff00 --genesis "$genesis" \
     >>"$DIR/logs/query.log" 2>&1 || fail "bavl query of an absent key (logs/query.log)"
 grep -q "^absent=true$" "$DIR/logs/query.log" || fail "bavl query: the key is not proved absent"
 grep "^verified" "$DIR/logs/query.log" | sed 's/^/localnet: query: /' >&2

@@ -18,6 +18,7 @@ use bavl_store::{Options, Store};
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci as pb;
 
+#[cfg(feature = "test-rigs")]
 use crate::byzantine::Lie;
 use crate::home::{Home, HomeError};
 use crate::restore::Restorer;
@@ -44,12 +45,15 @@ pub struct Config {
     pub bundle_bytes: u64,
     /// The snapshot format served and restored: [`crate::snapshot::FORMAT`] (1, bavl's),
     /// or [`crate::baseline::FORMAT_BASELINE`] (2, the Cosmos-SDK-style baseline, for
-    /// comparisons only).
+    /// comparisons only). Without `test-rigs`, always format 1.
+    #[cfg(feature = "test-rigs")]
     pub snapshot_format: u32,
     /// Serve lying snapshots (tests only; see [`crate::byzantine`]).
+    #[cfg(feature = "test-rigs")]
     pub byzantine: Option<Lie>,
     /// Restore nothing: accept every bundle unread (a measuring instrument for the join
     /// time CometBFT itself needs; see [`crate::restore::NullRestoring`]).
+    #[cfg(feature = "test-rigs")]
     pub restore_null: bool,
     /// Append a line per committed block to this CSV file ([`crate::metrics::BlockLog`]).
     pub block_log: Option<PathBuf>,
@@ -65,11 +69,33 @@ impl Config {
             store: Options::default(),
             app_version: 1,
             bundle_bytes: crate::snapshot::TARGET_BUNDLE_BYTES,
+            #[cfg(feature = "test-rigs")]
             snapshot_format: crate::snapshot::FORMAT,
+            #[cfg(feature = "test-rigs")]
             byzantine: None,
+            #[cfg(feature = "test-rigs")]
             restore_null: false,
             block_log: None,
         }
+    }
+
+    /// The snapshot format served and restored.
+    pub(crate) fn format(&self) -> u32 {
+        #[cfg(feature = "test-rigs")]
+        let format = self.snapshot_format;
+        #[cfg(not(feature = "test-rigs"))]
+        let format = crate::snapshot::FORMAT;
+        format
+    }
+
+    /// The heights after each snapshot height at which snapshots are taken: 0 only, or
+    /// those of a forging liar's forgeries (`Lie::snapshot_offsets`, test-rigs only).
+    pub(crate) fn snapshot_offsets(&self) -> std::ops::RangeInclusive<u64> {
+        #[cfg(feature = "test-rigs")]
+        let offsets = Lie::snapshot_offsets(self.byzantine);
+        #[cfg(not(feature = "test-rigs"))]
+        let offsets = 0..=0;
+        offsets
     }
 }
 
@@ -88,6 +114,7 @@ pub(crate) struct Node {
     /// How the state sync went (written when it ends).
     pub(crate) sync: crate::report::SyncReport,
     /// The height and app hash a null restore ended at (Info reports them).
+    #[cfg(feature = "test-rigs")]
     pub(crate) null_state: Option<(u64, Vec<u8>)>,
 }
 
@@ -129,6 +156,7 @@ impl App {
             block_log,
             window,
             sync: Default::default(),
+            #[cfg(feature = "test-rigs")]
             null_state: None,
         };
         Ok(App { shared: Arc::new(Shared { cfg, node: Mutex::new(node) }) })
@@ -184,6 +212,7 @@ impl Application for App {
         // The last *committed* height, even between FinalizeBlock and Commit: Info is also
         // how RPC's abci_info reads the app, on the query connection, at any time.
         let node = self.node();
+        #[cfg(feature = "test-rigs")]
         if let Some((height, hash)) = &node.null_state {
             return pb::ResponseInfo {
                 data: "bavl (null restore: no state)".into(),

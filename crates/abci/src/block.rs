@@ -155,7 +155,7 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
     // A forging liar advertises its forgeries one height (or several) after each snapshot
     // height, so that a joiner, which tries the newest snapshot first, is offered a
     // forgery first.
-    let offsets = crate::byzantine::Lie::snapshot_offsets(app.cfg().byzantine);
+    let offsets = app.cfg().snapshot_offsets();
     let due = interval > 0
         && offsets.into_iter().any(|k| version > k && (version - k).is_multiple_of(interval));
     let mut times = std::mem::take(&mut node.pending_work);

@@ -5,14 +5,14 @@
 //! <home>/state-<h>-<tag>/ a bavl store; <h> is the height it was created at
 //! ```
 //!
-//! `CURRENT` is replaced by write-to-temporary, fsync, rename, fsync of the directory, so
-//! after a crash it names either the old store or the new one, never a half-written one.
+//! `CURRENT` is replaced by [`bavl_store::write_file_atomic`] (write to a temporary, fsync,
+//! rename, fsync of the directory), so after a crash it names either the old store or the
+//! new one, never a half-written one.
 //! A restore writes the new store completely (synced) before switching, and the old
 //! directory is deleted only after the switch; [`Home::open`] deletes any other `state-*`
 //! directory (what an interrupted restore or deletion left).
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bavl_core::Tree;
@@ -105,15 +105,9 @@ impl Home {
     }
 
     fn write_current(&self, name: &str) -> Result<(), HomeError> {
-        let tmp = self.root.join("CURRENT.tmp");
-        let mut f = fs::File::create(&tmp).map_err(io(format!("creating {}", tmp.display())))?;
-        f.write_all(format!("{name}\n").as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(io(format!("writing {}", tmp.display())))?;
-        fs::rename(&tmp, self.root.join(CURRENT)).map_err(io("replacing CURRENT"))?;
-        fs::File::open(&self.root)
-            .and_then(|d| d.sync_all())
-            .map_err(io(format!("syncing {}", self.root.display())))
+        let path = self.root.join(CURRENT);
+        bavl_store::write_file_atomic(&path, format!("{name}\n").as_bytes())
+            .map_err(io(format!("replacing {}", path.display())))
     }
 
     fn remove_others(&self, keep: &str) -> Result<(), HomeError> {

@@ -15,11 +15,17 @@
 //!
 //! Formats (transactions, query proofs, snapshot format 1), configuration and the
 //! reasons behind them: `docs/chain.md`.
+//!
+//! The feature `test-rigs` (off by default, never in the shipped binary) adds what the
+//! tests and the chain lab measure with: a lying snapshot server (`byzantine`), the
+//! Cosmos-SDK-style baseline snapshot format (`baseline`) and the null restore.
 #![forbid(unsafe_code)]
 
 pub mod app;
+#[cfg(feature = "test-rigs")]
 pub mod baseline;
 mod block;
+#[cfg(feature = "test-rigs")]
 pub mod byzantine;
 pub mod genesis;
 pub mod home;
@@ -35,5 +41,6 @@ pub mod trustless;
 pub mod tx;
 
 pub use app::{App, Config};
+#[cfg(feature = "test-rigs")]
 pub use byzantine::Lie;
 pub use tx::{Op, Tx, TxError};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use bavl_abci::{App, Config, Lie, Op, Tx};
+use bavl_abci::{App, Config, Op, Tx};
 use clap::{Parser, Subcommand};
 use rand::{Rng, SeedableRng};
 
@@ -29,22 +29,6 @@ enum Cmd {
     Serve(ServeArgs),
     /// Submits random set/delete transactions over a node's RPC (broadcast_tx_sync).
     Load(LoadArgs),
-    /// Reads a key with its proof from a node and verifies both: the header that carries
-    /// the app hash (its hash, and precommit signatures of more than 2/3 of the genesis
-    /// validators' power), then the bavl membership or absence proof against that app
-    /// hash. Exit status 1 if anything does not verify.
-    Query {
-        /// The node's RPC address (untrusted).
-        #[arg(long, default_value = "http://127.0.0.1:26657")]
-        rpc: String,
-        /// The key, in hex.
-        #[arg(long)]
-        key: String,
-        /// The chain's genesis file: the trusted chain ID and validator set (a chain whose
-        /// validators never change, as bavl-abci's).
-        #[arg(long)]
-        genesis: PathBuf,
-    },
     /// Prints a node's latest height, or a block's hash and app hash, as KEY=VALUE lines.
     Status {
         /// The node's RPC address.
@@ -79,15 +63,19 @@ struct ServeArgs {
     bundle_bytes: u64,
     /// The snapshot format: bavl (format 1) or baseline (format 2, the Cosmos-SDK-style
     /// comparison: one zlib stream in 10 MiB chunks, checked against the app hash only
-    /// after the last). The same on every node of a chain.
+    /// after the last). The same on every node of a chain. [feature test-rigs]
+    #[cfg(feature = "test-rigs")]
     #[arg(long, default_value = "bavl", value_parser = ["bavl", "baseline"])]
     snapshot_format: String,
-    /// TESTS ONLY: serve lying snapshots (wrong-bytes, other-height, truncated, forged).
+    /// TESTS ONLY: serve lying snapshots (wrong-bytes, other-height, truncated, forged,
+    /// forged-many). [feature test-rigs]
+    #[cfg(feature = "test-rigs")]
     #[arg(long)]
-    byzantine: Option<Lie>,
+    byzantine: Option<bavl_abci::Lie>,
     /// MEASUREMENT ONLY: as a joiner, accept every snapshot chunk unread and restore no
     /// state (the node cannot follow the chain after): the join time CometBFT itself
-    /// needs to move the bytes, the floor of the chain experiments.
+    /// needs to move the bytes, the floor of the chain experiments. [feature test-rigs]
+    #[cfg(feature = "test-rigs")]
     #[arg(long)]
     restore_null: bool,
     /// Append one CSV line per committed block to this file: when its FinalizeBlock
@@ -134,7 +122,6 @@ fn main() -> Result<()> {
         Cmd::Serve(a) => serve(a),
         Cmd::Load(a) => load(a),
         Cmd::Status { rpc, height } => status(&rpc, height),
-        Cmd::Query { rpc, key, genesis } => query(&rpc, &key, &genesis),
     }
 }
 
@@ -153,14 +140,17 @@ fn serve(a: ServeArgs) -> Result<()> {
     cfg.snapshot_keep = a.snapshot_keep;
     cfg.store.capacity = a.capacity;
     cfg.bundle_bytes = a.bundle_bytes.max(1);
-    cfg.byzantine = a.byzantine;
-    cfg.restore_null = a.restore_null;
     cfg.block_log = a.block_log;
-    if a.snapshot_format == "baseline" {
-        cfg.snapshot_format = bavl_abci::baseline::FORMAT_BASELINE;
-    }
-    if let Some(lie) = a.byzantine {
-        tracing::warn!(%lie, "BYZANTINE TEST MODE: this node serves lying snapshot chunks");
+    #[cfg(feature = "test-rigs")]
+    {
+        cfg.byzantine = a.byzantine;
+        cfg.restore_null = a.restore_null;
+        if a.snapshot_format == "baseline" {
+            cfg.snapshot_format = bavl_abci::baseline::FORMAT_BASELINE;
+        }
+        if let Some(lie) = a.byzantine {
+            tracing::warn!(%lie, "BYZANTINE TEST MODE: this node serves lying snapshot chunks");
+        }
     }
     let app = App::open(cfg).with_context(|| format!("opening {}", a.home.display()))?;
     let server = tendermint_abci::ServerBuilder::default()
@@ -300,17 +290,5 @@ fn status(rpc: &str, height: Option<u64>) -> Result<()> {
             bavl_abci::rpc::block_hashes(rpc, h).with_context(|| format!("asking {rpc}"))?;
         println!("height={h}\nblock_hash={hash}\napp_hash={app}");
     }
-    Ok(())
-}
-
-fn query(rpc: &str, key_hex: &str, genesis: &std::path::Path) -> Result<()> {
-    use bavl_abci::trustless;
-    let key = hex::decode(key_hex).context("--key must be hex")?;
-    let text = std::fs::read_to_string(genesis)
-        .with_context(|| format!("reading {}", genesis.display()))?;
-    let trusted = trustless::trusted_from_genesis(&text)
-        .with_context(|| format!("reading the validators of {}", genesis.display()))?;
-    let verified = trustless::read(rpc, &trusted, &key)?;
-    println!("{}", verified.lines(key_hex));
     Ok(())
 }

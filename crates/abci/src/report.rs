@@ -74,9 +74,8 @@ impl SyncReport {
             "peak_rss_bytes": peak_rss_bytes(),
         });
         let path = home.join("restore-report.json");
-        let tmp = home.join("restore-report.json.tmp");
         let text = format!("{report:#}\n");
-        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+        if let Err(e) = bavl_store::write_file_atomic(&path, text.as_bytes()) {
             tracing::warn!(path = %path.display(), "writing the restore report: {e}");
         }
     }

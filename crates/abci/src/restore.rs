@@ -42,6 +42,7 @@ pub enum Applied {
     /// The last bundle: the restored tree, whose root is the trusted app hash.
     Complete(Box<Tree>),
     /// The last bundle of a null restore (nothing verified, nothing kept).
+    #[cfg(feature = "test-rigs")]
     CompleteNull,
 }
 
@@ -145,10 +146,12 @@ impl Restoring {
     }
 }
 
-/// The null restore, a measuring instrument only (`bavl-abci serve --restore null`): it
+/// The null restore, a measuring instrument only (`bavl-abci serve --restore-null`,
+/// feature `test-rigs`): it
 /// accepts every bundle of an offered snapshot without reading it, so a join with it
 /// takes what CometBFT itself needs to move the bytes. It restores no state: the node
 /// cannot follow the chain afterwards.
+#[cfg(feature = "test-rigs")]
 pub struct NullRestoring {
     pub height: u64,
     pub app_hash: Vec<u8>,
@@ -157,6 +160,7 @@ pub struct NullRestoring {
     pub bytes: u64,
 }
 
+#[cfg(feature = "test-rigs")]
 impl NullRestoring {
     /// Accepts any snapshot of `chunks` bundles (at most CometBFT's 100,000).
     pub fn offer(height: u64, chunks: u32, app_hash: &[u8]) -> Result<Self, OfferError> {
@@ -185,10 +189,12 @@ impl NullRestoring {
     }
 }
 
-/// A restore of either format, or the null one.
+/// A restore of format 1 (with `test-rigs`, also of the baseline format, or the null one).
 pub enum Restorer {
     Bavl(Restoring),
+    #[cfg(feature = "test-rigs")]
     Baseline(crate::baseline::BaselineRestoring),
+    #[cfg(feature = "test-rigs")]
     Null(NullRestoring),
 }
 
@@ -196,7 +202,9 @@ impl Restorer {
     pub fn height(&self) -> u64 {
         match self {
             Restorer::Bavl(r) => r.height,
+            #[cfg(feature = "test-rigs")]
             Restorer::Baseline(r) => r.height,
+            #[cfg(feature = "test-rigs")]
             Restorer::Null(r) => r.height,
         }
     }
@@ -205,7 +213,9 @@ impl Restorer {
     pub fn bytes(&self) -> u64 {
         match self {
             Restorer::Bavl(r) => r.bytes,
+            #[cfg(feature = "test-rigs")]
             Restorer::Baseline(r) => r.bytes,
+            #[cfg(feature = "test-rigs")]
             Restorer::Null(r) => r.bytes,
         }
     }
@@ -213,8 +223,21 @@ impl Restorer {
     pub fn apply(&mut self, index: u32, bytes: &[u8]) -> Applied {
         match self {
             Restorer::Bavl(r) => r.apply(index, bytes),
+            #[cfg(feature = "test-rigs")]
             Restorer::Baseline(r) => r.apply(index, bytes),
+            #[cfg(feature = "test-rigs")]
             Restorer::Null(r) => r.apply(index, bytes),
+        }
+    }
+
+    /// The restore report's `mode`: bavl, baseline or null.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Restorer::Bavl(_) => "bavl",
+            #[cfg(feature = "test-rigs")]
+            Restorer::Baseline(_) => "baseline",
+            #[cfg(feature = "test-rigs")]
+            Restorer::Null(_) => "null",
         }
     }
 }

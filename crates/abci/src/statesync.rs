@@ -15,9 +15,13 @@ use bavl_core::Snapshot;
 use tendermint_proto::v0_38::abci as pb;
 
 use crate::app::{App, Node};
+#[cfg(feature = "test-rigs")]
 use crate::baseline::{BaselineRestoring, Export, FORMAT_BASELINE};
+#[cfg(feature = "test-rigs")]
 use crate::byzantine::{self, Lie};
-use crate::restore::{Applied, NullRestoring, OfferError, Restorer, Restoring};
+#[cfg(feature = "test-rigs")]
+use crate::restore::NullRestoring;
+use crate::restore::{Applied, OfferError, Restorer, Restoring};
 use crate::snapshot::{encode_bundle, plan, Metadata, FORMAT, MAX_BUNDLE_BYTES};
 
 /// A snapshot that served a chunk this recently is kept beyond `snapshot_keep` (a joiner
@@ -33,6 +37,7 @@ pub(crate) enum Form {
     /// Format 1: bundles of bavl chunks, encoded when asked for.
     Bavl(Metadata),
     /// Format 2, the baseline: a compressed stream exported at the snapshot height.
+    #[cfg(feature = "test-rigs")]
     Baseline(Arc<Export>),
 }
 
@@ -50,6 +55,7 @@ impl Held {
     fn describe(&self) -> pb::Snapshot {
         let (format, hash, metadata) = match &self.form {
             Form::Bavl(m) => (FORMAT, m.hash(self.height), m.encode()),
+            #[cfg(feature = "test-rigs")]
             Form::Baseline(e) => (FORMAT_BASELINE, e.hash(), e.metadata.clone()),
         };
         let chunks = self.chunks() as u32;
@@ -65,6 +71,7 @@ impl Held {
     fn format(&self) -> u32 {
         match self.form {
             Form::Bavl(_) => FORMAT,
+            #[cfg(feature = "test-rigs")]
             Form::Baseline(_) => FORMAT_BASELINE,
         }
     }
@@ -72,6 +79,7 @@ impl Held {
     fn chunks(&self) -> u64 {
         match &self.form {
             Form::Bavl(m) => m.bundles(),
+            #[cfg(feature = "test-rigs")]
             Form::Baseline(e) => e.chunks.len() as u64,
         }
     }
@@ -84,6 +92,7 @@ impl Held {
                 eprintln!("bavl-abci: bundle {i} cannot be encoded: {e}");
                 None
             }),
+            #[cfg(feature = "test-rigs")]
             Form::Baseline(e) => e.chunks.get(usize::try_from(i).ok()?).cloned(),
         }
     }
@@ -91,19 +100,15 @@ impl Held {
 
 pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
     let start = std::time::Instant::now();
-    let snap = match app.cfg().byzantine {
-        Some(Lie::Forged | Lie::ForgedMany) => {
-            let mut tree = node.store.latest().to_tree();
-            let _ = tree.insert(byzantine::FORGED_KEY, format!("forged at {height}").as_bytes());
-            tree.snapshot()
-        }
-        _ => node.store.latest(),
-    };
+    let snap = node.store.latest();
+    #[cfg(feature = "test-rigs")]
+    let snap = forge(app, snap, height);
     let Some(meta) = plan(&snap, app.cfg().bundle_bytes) else {
         tracing::info!(height, "no snapshot of an empty state");
         return;
     };
-    let form = match app.cfg().snapshot_format {
+    let form = match app.cfg().format() {
+        #[cfg(feature = "test-rigs")]
         FORMAT_BASELINE => match Export::new(&snap) {
             Ok(export) => Form::Baseline(Arc::new(export)),
             Err(e) => {
@@ -122,8 +127,21 @@ pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
         "snapshot taken"
     );
     node.snapshots.push(held);
-    let forgeries = *Lie::snapshot_offsets(app.cfg().byzantine).end() as usize;
+    let forgeries = *app.cfg().snapshot_offsets().end() as usize;
     prune(&mut node.snapshots, app.cfg().snapshot_keep.max(forgeries).max(1));
+}
+
+/// A forging liar's snapshot: the true state plus [`byzantine::FORGED_KEY`].
+#[cfg(feature = "test-rigs")]
+fn forge(app: &App, honest: Snapshot, height: u64) -> Snapshot {
+    match app.cfg().byzantine {
+        Some(Lie::Forged | Lie::ForgedMany) => {
+            let mut tree = honest.to_tree();
+            let _ = tree.insert(byzantine::FORGED_KEY, format!("forged at {height}").as_bytes());
+            tree.snapshot()
+        }
+        _ => honest,
+    }
 }
 
 /// Drops the oldest snapshots beyond `keep`, except those a joiner is still restoring
@@ -152,33 +170,35 @@ pub(crate) fn load_snapshot_chunk(
     app: &App,
     req: pb::RequestLoadSnapshotChunk,
 ) -> pb::ResponseLoadSnapshotChunk {
-    let (held, other) = {
-        let node = app.node();
-        let held = node.snapshots.iter().find(|s| s.height == req.height).cloned();
-        let other = node.snapshots.iter().find(|s| s.height != req.height).cloned();
-        (held, other)
-    };
+    let held = app.node().snapshots.iter().find(|s| s.height == req.height).cloned();
     let Some(held) = held.filter(|h| req.format == h.format()) else {
         return pb::ResponseLoadSnapshotChunk::default();
     };
     *held.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     let i = u64::from(req.chunk);
-    let Some(mut bytes) = held.chunk(i) else {
+    let Some(bytes) = held.chunk(i) else {
         return pb::ResponseLoadSnapshotChunk::default();
     };
     if bytes.len() > MAX_BUNDLE_BYTES {
         tracing::error!(height = req.height, chunk = i, bytes = bytes.len(), "bundle over 16 MiB");
         return pb::ResponseLoadSnapshotChunk::default();
     }
-    if let Some(lie) = app.cfg().byzantine {
-        let other_bundle = match other {
-            Some(o) => o.chunk(i),
-            None => held.chunk((i + 1) % held.chunks()),
-        };
-        bytes = byzantine::corrupt(lie, bytes, other_bundle);
-        tracing::warn!(height = req.height, chunk = i, %lie, "serving a lying chunk");
-    }
+    #[cfg(feature = "test-rigs")]
+    let bytes = lie(app, &held, i, bytes);
     pb::ResponseLoadSnapshotChunk { chunk: bytes.into() }
+}
+
+/// What a lying server serves instead of bundle `i` of `held`.
+#[cfg(feature = "test-rigs")]
+fn lie(app: &App, held: &Held, i: u64, honest: Vec<u8>) -> Vec<u8> {
+    let Some(lie) = app.cfg().byzantine else { return honest };
+    let other = app.node().snapshots.iter().find(|s| s.height != held.height).cloned();
+    let other_bundle = match other {
+        Some(o) => o.chunk(i),
+        None => held.chunk((i + 1) % held.chunks()),
+    };
+    tracing::warn!(height = held.height, chunk = i, %lie, "serving a lying chunk");
+    byzantine::corrupt(lie, honest, other_bundle)
 }
 
 pub(crate) fn offer_snapshot(
@@ -189,12 +209,14 @@ pub(crate) fn offer_snapshot(
     let Some(s) = req.snapshot else {
         return pb::ResponseOfferSnapshot { result: R::Reject as i32 };
     };
-    let wanted = app.cfg().snapshot_format;
+    let wanted = app.cfg().format();
     let offered = match s.format {
         f if f != wanted => Err(OfferError::Format(f)),
+        #[cfg(feature = "test-rigs")]
         _ if app.cfg().restore_null => {
             NullRestoring::offer(s.height, s.chunks, &req.app_hash).map(Restorer::Null)
         }
+        #[cfg(feature = "test-rigs")]
         FORMAT_BASELINE => BaselineRestoring::offer(s.height, s.chunks, &s.metadata, &req.app_hash)
             .map(Restorer::Baseline)
             .map_err(OfferError::Metadata),
@@ -261,11 +283,10 @@ pub(crate) fn apply_snapshot_chunk(
             let Some(restoring) = node.restoring.take() else { return answer(R::Abort) };
             node.sync.bundles_kept += 1;
             install(app, &mut node, &mut tree, &restoring);
-            let baseline = app.cfg().snapshot_format == FORMAT_BASELINE;
-            let mode = if baseline { "baseline" } else { "bavl" };
-            node.sync.write(&app.cfg().home, height, mode, restoring.bytes());
+            node.sync.write(&app.cfg().home, height, restoring.mode(), restoring.bytes());
             answer(R::Accept)
         }
+        #[cfg(feature = "test-rigs")]
         Applied::CompleteNull => {
             let Some(Restorer::Null(r)) = node.restoring.take() else { return answer(R::Abort) };
             node.sync.bundles_kept += 1;

@@ -1,7 +1,7 @@
-//! A read that trusts no node: `bavl query --rpc URL --key HEX --genesis FILE` (and
-//! `bavl-abci query`). The value and its bavl proof come from any node's RPC; the header
-//! that carries the app hash they are proved against is checked against the genesis
-//! validators' signatures (more than 2/3 of the voting power, [`crate::light`]); the
+//! A read that trusts no node, the logic of `bavl query --rpc URL --key HEX --genesis
+//! FILE`. The value and its bavl proof come from any node's RPC; the header that carries
+//! the app hash they are proved against is checked against the genesis validators'
+//! signatures (more than 2/3 of the voting power, [`crate::light`]); the
 //! proof is verified against that app hash. A node can refuse to answer, never lie.
 //!
 //! The state after block `h` is committed to by header `h + 1`; the node answers for its

@@ -109,9 +109,11 @@ fn binaries(root: &Path) -> Result<net::Bins> {
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let cometbft = PathBuf::from(text.lines().last().unwrap_or("").trim());
-    eprintln!("chainlab: building bavl-abci (release)");
+    // The rigs the experiments run (--snapshot-format baseline, --byzantine,
+    // --restore-null) are in bavl-abci's feature test-rigs only.
+    eprintln!("chainlab: building bavl-abci --features test-rigs (release)");
     let st = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--release", "-q", "-p", "bavl-abci"])
+        .args(["build", "--release", "-q", "-p", "bavl-abci", "--features", "test-rigs"])
         .current_dir(root)
         .status()?;
     if !st.success() {

@@ -1,12 +1,10 @@
 //! The four snapshot calls, driven directly: an honest server, a Byzantine one of each
 //! kind and a fresh node restoring from them, as CometBFT's syncer would call them.
 
-mod support;
-
+use crate::support::*;
 use bavl_abci::byzantine::FORGED_KEY;
 use bavl_abci::{App, Lie};
 use bavl_core::Tree;
-use support::*;
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci as pb;
 

@@ -1,12 +1,10 @@
 //! The genesis preload (a large state every validator builds from `app_state`), the null
 //! restore of the chain experiments, and the restore report a joiner writes.
 
-mod support;
-
+use crate::support::*;
 use bavl_abci::genesis::{self, Preload};
 use bavl_abci::App;
 use bavl_core::Tree;
-use support::*;
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci as pb;
 

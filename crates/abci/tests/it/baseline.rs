@@ -2,12 +2,10 @@
 //! restores; a chunk that disagrees with the metadata's checksum is refetched; a forged
 //! snapshot with consistent checksums is caught only after its last chunk.
 
-mod support;
-
+use crate::support::*;
 use bavl_abci::baseline::FORMAT_BASELINE;
 use bavl_abci::{App, Config, Lie};
 use bavl_core::Tree;
-use support::*;
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci as pb;
 

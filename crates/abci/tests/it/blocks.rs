@@ -2,12 +2,10 @@
 //! against a model, durability across a reopen (what a kill -9 leaves), the replay of a
 //! block finalized but never committed, transaction codes and proofs.
 
-mod support;
-
+use crate::support::*;
 use bavl_abci::tx::{MAX_TX_BYTES, TX_TAG};
 use bavl_abci::{App, Tx};
 use bavl_core::{verify_absence, verify_membership, Sha256, Tree};
-use support::*;
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci as pb;
 

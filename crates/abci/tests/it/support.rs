@@ -1,6 +1,5 @@
 //! Shared by the handler tests: a chain driven through the ABCI handlers, and a model of
 //! its state (a bavl `Tree` fed the same operations) to compare app hashes with.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 
