@@ -1,12 +1,16 @@
 //! The baseline over HTTP/1.1 (std::net, keep-alive, one thread per connection):
 //! `GET /baseline/meta.json` and `GET /baseline/chunk/{i}`. A server started with
 //! `corrupt` flips one byte in the middle of every chunk it sends (the B+AVL paper's
-//! Byzantine peer corrupts chunks; the baseline cannot tell until the end).
+//! Byzantine peer corrupts chunks; the baseline cannot tell until the end). The client
+//! reads through bavl-sync's bounded HTTP reader, the same as bavl's own sync.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
+
+use bavl_sync::http::{wire, BaseUrl, Client, Limits};
+use bavl_sync::FailureKind;
 
 use crate::baseline::{FetchError, Meta, Snapshot, Transport};
 
@@ -23,35 +27,32 @@ pub fn serve(listener: TcpListener, snap: Arc<Snapshot>, corrupt: bool) {
 }
 
 fn connection(
-    stream: TcpStream,
+    mut stream: TcpStream,
     snap: &Snapshot,
     meta: &[u8],
     corrupt: bool,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let mut out = stream.try_clone()?;
-    let mut r = BufReader::new(stream);
+    let (mut buf, mut tmp) = (Vec::new(), [0u8; 4096]);
     loop {
-        let mut line = String::new();
-        if r.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        // Skip the headers (bounded).
-        let mut head = line.len();
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h)? == 0 {
+        // The request head, bounded, parsed by bavl-sync's wire module.
+        let end = loop {
+            if let Some(end) = wire::head_end(&buf) {
+                break end;
+            }
+            if buf.len() > wire::MAX_HEAD {
                 return Ok(());
             }
-            head += h.len();
-            if head > 16 << 10 {
+            let n = stream.read(&mut tmp)?;
+            if n == 0 {
                 return Ok(());
             }
-            if h == "\r\n" || h == "\n" {
-                break;
-            }
-        }
-        let path = line.split_whitespace().nth(1).unwrap_or("");
+            buf.extend_from_slice(&tmp[..n]);
+        };
+        let Some(head) = wire::parse_head(&buf[..end]) else { return Ok(()) };
+        buf.drain(..end);
+        let path = head.first[1].as_str();
         let owned;
         let body: &[u8] = if path == "/baseline/meta.json" {
             meta
@@ -83,57 +84,33 @@ fn connection(
     }
 }
 
-/// The client side: peers by `host:port`.
+/// The client side: peers by `host:port`, read through bavl-sync's bounded HTTP reader
+/// ([`bavl_sync::http::Client::request`]): the body within the chunk's limit, the whole
+/// exchange within `timeout`, one keep-alive connection per worker.
 pub struct Http {
     pub peers: Vec<String>,
     pub timeout: Duration,
 }
 
+/// A worker's connection to one peer: a client of its own, whose one idle connection is
+/// reused from request to request.
 pub struct Conn {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-    host: String,
+    client: Client,
+    base: BaseUrl,
 }
 
 impl Http {
     fn get(&self, c: &mut Conn, path: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", c.host);
-        c.writer.write_all(req.as_bytes())?;
-        let mut status = String::new();
-        c.reader.read_line(&mut status)?;
-        let code = status.split_whitespace().nth(1).unwrap_or("");
-        let mut len = None;
-        let mut head = status.len();
-        loop {
-            let mut h = String::new();
-            if c.reader.read_line(&mut h)? == 0 {
-                return Err(FetchError::Protocol("connection closed in the head".into()));
-            }
-            head += h.len();
-            if head > 16 << 10 {
-                return Err(FetchError::Protocol("head over 16 KiB".into()));
-            }
-            if h == "\r\n" || h == "\n" {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                if k.trim().eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse::<u64>().ok();
-                }
-            }
+        let limits =
+            Limits { connect_timeout: Duration::from_secs(10), ..Limits::new(limit, self.timeout) };
+        let r = c.client.request(&c.base, path, &limits).map_err(|kind| match kind {
+            FailureKind::TooLong => FetchError::Protocol(format!("body over the limit {limit}")),
+            other => FetchError::Protocol(format!("GET {path}: {other}")),
+        })?;
+        if r.status != 200 {
+            return Err(FetchError::Protocol(format!("status {}", r.status)));
         }
-        let len = len.ok_or_else(|| FetchError::Protocol("no Content-Length".into()))?;
-        if len > limit {
-            return Err(FetchError::Protocol(format!(
-                "body of {len} bytes over the limit {limit}"
-            )));
-        }
-        let mut body = vec![0u8; len as usize];
-        c.reader.read_exact(&mut body)?;
-        if code != "200" {
-            return Err(FetchError::Protocol(format!("status {code}")));
-        }
-        Ok(body)
+        Ok(r.body)
     }
 }
 
@@ -143,16 +120,9 @@ impl Transport for Http {
     fn connect(&self, peer: usize) -> Result<Conn, FetchError> {
         let host =
             self.peers.get(peer).ok_or_else(|| FetchError::Protocol("no such peer".into()))?;
-        let addr = host
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| FetchError::Protocol(format!("{host}: no address")))?;
-        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(self.timeout))?;
-        s.set_write_timeout(Some(self.timeout))?;
-        let writer = s.try_clone()?;
-        Ok(Conn { reader: BufReader::with_capacity(256 << 10, s), writer, host: host.clone() })
+        let base = BaseUrl::parse(&format!("http://{host}"))
+            .map_err(|e| FetchError::Protocol(e.to_string()))?;
+        Ok(Conn { client: Client::new(Duration::from_secs(10)), base })
     }
 
     fn meta(&self, c: &mut Conn) -> Result<Meta, FetchError> {

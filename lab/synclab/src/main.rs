@@ -168,7 +168,7 @@ struct RunArgs {
     baseline_chunk_bytes: u64,
     #[arg(long, default_value_t = 32)]
     baseline_workers: usize,
-    /// `bavl serve --byzantine` kind of bavl's Byzantine peers.
+    /// `bavl-harness serve-liar --byzantine` kind of bavl's Byzantine peers.
     #[arg(long, default_value = "wrong-bytes")]
     bavl_lie: String,
     /// Output directory for CSV and PNG (default docs/results/sync, quick: target/synclab/quick).
@@ -180,6 +180,10 @@ struct RunArgs {
     /// The `bavl` binary (default: beside this one).
     #[arg(long)]
     bavl: Option<PathBuf>,
+    /// The `bavl-harness` binary, whose `serve-liar` runs bavl's Byzantine peers (default:
+    /// beside this one; without it bavl's Byzantine runs are skipped).
+    #[arg(long)]
+    harness: Option<PathBuf>,
     #[arg(long, default_value = "scripts/netlab.sh")]
     netlab: PathBuf,
     /// Leave the lab up afterwards.
@@ -717,8 +721,10 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
         }
     });
     std::fs::create_dir_all(&out)?;
+    let harness = args.harness.clone().unwrap_or_else(|| exe.with_file_name("bavl-harness"));
     let env = Env {
         bavl: std::fs::canonicalize(&bavl)?,
+        harness: std::fs::canonicalize(&harness).unwrap_or(harness),
         synclab: std::fs::canonicalize(&exe)?,
         netlab: args.netlab.clone(),
         work: std::fs::canonicalize(".")?.join(&work),
@@ -730,10 +736,12 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
         timeout: Duration::from_secs(args.timeout),
         warmup: args.warmup,
     };
-    let bavl_byz = runner::bavl_has_byzantine(&env.bavl);
+    let bavl_byz = runner::harness_serves_liars(&env.harness);
     if !bavl_byz {
         eprintln!(
-            "synclab: `bavl serve` has no --byzantine yet: bavl's Byzantine runs are skipped"
+            "synclab: no `bavl-harness serve-liar` at {} (cargo build --release -p \
+             bavl-harness, or --harness PATH): bavl's Byzantine runs are skipped",
+            env.harness.display()
         );
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");

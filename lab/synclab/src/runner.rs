@@ -1,8 +1,9 @@
 //! The experiment runner: real processes in the `scripts/netlab.sh` namespaces. Per
-//! configuration it starts one server per peer in `blp<i>` (`bavl serve`, optionally
-//! `--byzantine KIND`, or `bavl-synclab serve-baseline`, optionally `--corrupt`), then runs
-//! the syncing node in `blc` under `/usr/bin/time -v` (peak RSS, CPU) and times it from
-//! spawn to exit. Peers reach the client through their delay proxy (latency) and tbf (rate).
+//! configuration it starts one server per peer in `blp<i>` (`bavl serve`, or for a liar
+//! `bavl-harness serve-liar --byzantine KIND`, or `bavl-synclab serve-baseline`,
+//! optionally `--corrupt`), then runs the syncing node in `blc` under `/usr/bin/time -v`
+//! (peak RSS, CPU) and times it from spawn to exit. Peers reach the client through their
+//! delay proxy (latency) and tbf (rate).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -152,12 +153,14 @@ impl Row {
 #[derive(Clone, Debug)]
 pub struct Env {
     pub bavl: PathBuf,
+    /// `bavl-harness`, whose `serve-liar` runs bavl's Byzantine peers.
+    pub harness: PathBuf,
     pub synclab: PathBuf,
     pub netlab: PathBuf,
     pub work: PathBuf,
     pub rtt_ms: u64,
     pub rate_mbit: u64,
-    /// The `bavl serve --byzantine` kind for bavl's Byzantine peers.
+    /// The `bavl-harness serve-liar --byzantine` kind of bavl's Byzantine peers.
     pub bavl_lie: String,
     /// Concurrent requests per peer in the baseline client.
     pub baseline_workers: usize,
@@ -254,11 +257,14 @@ fn start_servers(env: &Env, s: &Setup, info: &StateInfo) -> Result<Servers> {
         cmd.args(["netns", "exec", &format!("blp{}", i + 1)]);
         match s.method {
             Method::Bavl => {
-                cmd.arg(&env.bavl).arg("serve").arg("--db").arg(db);
-                cmd.args(["--listen", "127.0.0.1:9000"]);
+                // A liar is `bavl serve` lying: the harness's `serve-liar` (the shipped
+                // `bavl` has no lying server).
                 if liar {
-                    cmd.args(["--byzantine", &env.bavl_lie]);
+                    cmd.arg(&env.harness).args(["serve-liar", "--byzantine", &env.bavl_lie]);
+                } else {
+                    cmd.arg(&env.bavl).arg("serve");
                 }
+                cmd.arg("--db").arg(db).args(["--listen", "127.0.0.1:9000"]);
             }
             Method::Baseline | Method::BaselineBlind => {
                 cmd.arg(&env.synclab).arg("serve-baseline").arg("--db").arg(db);
@@ -488,15 +494,11 @@ pub fn run_setup(env: &Env, s: &Setup, reps: u32) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Whether `bavl serve` knows `--byzantine` (a hidden option: asked with a store that does
-/// not exist, it complains about the store, not the option).
-pub fn bavl_has_byzantine(bavl: &Path) -> bool {
-    Command::new(bavl)
-        .args(["serve", "--byzantine", "wrong-bytes", "--db", "/nonexistent/bavl-synclab-probe"])
+/// Whether `harness` is a `bavl-harness` with `serve-liar`, which runs bavl's Byzantine
+/// peers.
+pub fn harness_serves_liars(harness: &Path) -> bool {
+    Command::new(harness)
+        .args(["serve-liar", "--help"])
         .output()
-        .map(|o| {
-            let err = String::from_utf8_lossy(&o.stderr);
-            !err.contains("unexpected argument") && !err.contains("invalid value")
-        })
-        .unwrap_or(false)
+        .is_ok_and(|o| o.status.success())
 }
