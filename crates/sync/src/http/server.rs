@@ -407,12 +407,13 @@ fn serve_connection(
                 let path = target.split(['?', '#']).next().unwrap_or_default();
                 let parsed = Target::parse(path);
                 #[cfg(feature = "liars")]
-                let response = match liar.map_or(Answer::Honest, |l| l.answer(objects, parsed, path)) {
-                    Answer::Honest => route(objects, parsed),
-                    Answer::Respond(r) => r,
-                    // A raw lie ends the connection.
-                    Answer::Raw(raw) => return raw.play(&mut s),
-                };
+                let response =
+                    match liar.map_or(Answer::Honest, |l| l.answer(objects, parsed, path)) {
+                        Answer::Honest => route(objects, parsed),
+                        Answer::Respond(r) => r,
+                        // A raw lie ends the connection.
+                        Answer::Raw(raw) => return raw.play(&mut s),
+                    };
                 #[cfg(not(feature = "liars"))]
                 let response = route(objects, parsed);
                 (response, method == "GET")
