@@ -111,7 +111,7 @@ fn core(a: CoreArgs) -> Result<()> {
     let wall = Instant::now();
     let meter = CpuMeter::start();
     let mut machine = Machine::probe();
-    let date = machine::utc_now();
+    let date = machine.date.clone();
     let keys = a.keys.unwrap_or(if a.quick { 100_000 } else { 1_000_000 });
     let blocks = a.blocks.unwrap_or(if a.quick { 20 } else { 24 });
     let unpinned = a.unpinned_blocks.unwrap_or(if a.quick { 5 } else { 12 });
@@ -201,8 +201,9 @@ fn core(a: CoreArgs) -> Result<()> {
         }
     }
 
-    machine.load_avg_end = machine::load_avg();
-    machine.others_busy_cores = (meter.others_cores() * 100.0).round() / 100.0;
+    machine.finish();
+    let others_busy_cores = (meter.others_cores() * 100.0).round() / 100.0;
+    machine.others_busy_cores = Some(others_busy_cores);
     let mut notes = vec![
         "1 MB = 10^6 bytes. Update blocks: half new keys, half existing keys, shuffled; each block's time \
          includes its root_hash(); the first block is an unmeasured warm-up; the tree grows during updates. \
@@ -220,11 +221,11 @@ fn core(a: CoreArgs) -> Result<()> {
          the parallel figure verifies on `verify_threads` threads and adds on the calling thread."
             .to_string(),
     ];
-    if machine.others_busy_cores > 0.25 {
+    if others_busy_cores > 0.25 {
         notes.push(format!(
             "the machine was shared: other processes kept {:.2} cores busy on average (load {} -> {}); \
              figures are lower than on an idle machine",
-            machine.others_busy_cores, machine.load_avg_start, machine.load_avg_end
+            others_busy_cores, machine.load_avg_start, machine.load_avg_end
         ));
     }
     let targets = report::targets(&main);
@@ -288,7 +289,7 @@ fn write_outputs(out: &Path, report: &Report) -> Result<()> {
         "bavl capacity sweep: {} keys (20-byte keys, 100-byte values), {}, commit {}",
         report.params.sweep_keys,
         report.machine.cpu,
-        &report.machine.git_commit[..report.machine.git_commit.len().min(10)]
+        report.machine.short_commit(10)
     );
     match plot::plot(&png, &report.capacity_sweep, DEFAULT_CAPACITY, &title) {
         Ok(()) => eprintln!("wrote {}, {}, {}", out.display(), csv.display(), png.display()),

@@ -1,15 +1,15 @@
 //! The capacity sweep as a PNG: one panel per figure, capacity on a log2 axis, the
 //! default capacity ringed, and the brief's targets as dashed red lines.
 //!
-//! Text needs a TrueType font: plotters is built with `ab_glyph` (no system font
-//! libraries), and the font file is read at run time from `BAVL_BENCH_FONT` or the usual
-//! DejaVu/Liberation paths (Debian's `fonts-dejavu-core`). Without a font the plot is
-//! skipped with a warning; the JSON and CSV are unaffected.
+//! Text needs a TrueType font (`bavl_labkit::plot::ensure_font`). Without a font the plot
+//! is skipped with a warning; the JSON and CSV are unaffected.
 
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use bavl_plotfont::FONT;
+use bavl_labkit::plot::{
+    self, legend, png_titled, tick, Area, DrawResult, Line, BLUE, FONT, ORANGE,
+};
 use plotters::prelude::*;
 
 use crate::measure::CapacityResult;
@@ -65,19 +65,6 @@ fn panels() -> Vec<Panel> {
     ]
 }
 
-fn human(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e6 {
-        format!("{:.1}M", v / 1e6)
-    } else if a >= 1e3 {
-        format!("{:.0}k", v / 1e3)
-    } else if a >= 10.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
 /// Draws the sweep into `path`.
 pub fn plot(
     path: &Path,
@@ -85,103 +72,84 @@ pub fn plot(
     default_capacity: u32,
     title: &str,
 ) -> Result<()> {
-    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
+    plot::ensure_font()?;
     if sweep.is_empty() {
         return Err(anyhow!("empty sweep"));
     }
-    let root = BitMapBackend::new(path, (1800, 1050)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    let body = root.titled(title, (FONT, 30)).map_err(|e| anyhow!("{e}"))?;
+    png_titled(path, (1800, 1050), (title, 30), |body| {
+        for (area, panel) in body.split_evenly((2, 3)).iter().zip(panels()) {
+            sweep_panel(area, &panel, sweep, default_capacity)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// One panel of the sweep: the figure against log2 capacity, the default ringed, the
+/// target or reference dashed.
+fn sweep_panel(
+    area: &Area,
+    panel: &Panel,
+    sweep: &[CapacityResult],
+    default_capacity: u32,
+) -> DrawResult {
     let x = |c: &CapacityResult| f64::from(c.capacity).log2();
     let (x_lo, x_hi) =
         sweep.iter().map(x).fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
-    for (area, panel) in body.split_evenly((2, 3)).iter().zip(panels()) {
-        let ty = |v: f64| if panel.log_y { v.max(1e-9).log10() } else { v };
-        let pts: Vec<(f64, f64)> = sweep.iter().map(|c| (x(c), ty((panel.get)(c)))).collect();
-        let refs: Vec<(f64, f64)> = panel
-            .reference
-            .map(|(f, _)| sweep.iter().map(|c| (x(c), ty(f(c)))).collect())
-            .unwrap_or_default();
-        let mut ys: Vec<f64> = pts.iter().chain(&refs).map(|p| p.1).collect();
-        ys.extend(panel.target.map(|(t, _)| ty(t)));
-        let (lo, hi) = ys.iter().fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
-        let pad = ((hi - lo) * 0.12).max(if panel.log_y { 0.05 } else { hi.abs() * 0.05 + 1e-9 });
-        let lo = if panel.log_y || lo - pad > 0.0 { lo - pad } else { 0.0 };
-        // Headroom above everything for the legend.
-        let hi = hi + (hi - lo) * 0.3;
-        let mut chart = ChartBuilder::on(area)
-            .caption(panel.title, (FONT, 23))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(78)
-            .build_cartesian_2d((x_lo - 0.4)..(x_hi + 0.4), lo..(hi + pad))
-            .map_err(|e| anyhow!("{e}"))?;
-        let yfmt = |v: &f64| human(if panel.log_y { 10f64.powf(*v) } else { *v });
-        let xfmt = |v: &f64| {
-            if (v - v.round()).abs() < 1e-6 {
-                format!("{}", 2f64.powi(v.round() as i32))
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .x_labels(12)
-            .y_labels(7)
-            .x_label_formatter(&xfmt)
-            .y_label_formatter(&yfmt)
-            .x_desc("chunk capacity (keys, log scale)")
-            .label_style((FONT, 17))
-            .axis_desc_style((FONT, 17))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
-        let blue = RGBColor(31, 102, 181);
-        chart
-            .draw_series(LineSeries::new(pts.clone(), blue.stroke_width(3)))
-            .map_err(|e| anyhow!("{e}"))?;
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 5, blue.filled())))
-            .map_err(|e| anyhow!("{e}"))?;
-        let dflt =
-            sweep.iter().zip(&pts).filter(|(c, _)| c.capacity == default_capacity).map(|(_, p)| *p);
-        chart
-            .draw_series(dflt.map(|p| Circle::new(p, 11, RED.stroke_width(3))))
-            .map_err(|e| anyhow!("{e}"))?
-            .label(format!("default capacity {default_capacity}"))
-            .legend(|(x, y)| Circle::new((x + 10, y), 6, RED.stroke_width(3)));
-        let red = RGBColor(200, 30, 30);
-        if let Some((t, label)) = panel.target {
-            let line = DashedLineSeries::new(
-                vec![(x_lo - 0.4, ty(t)), (x_hi + 0.4, ty(t))],
-                12,
-                8,
-                red.stroke_width(2),
-            );
-            chart.draw_series(line).map_err(|e| anyhow!("{e}"))?.label(label).legend(
-                move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2)),
-            );
+    let ty = |v: f64| if panel.log_y { v.max(1e-9).log10() } else { v };
+    let pts: Vec<(f64, f64)> = sweep.iter().map(|c| (x(c), ty((panel.get)(c)))).collect();
+    let refs: Vec<(f64, f64)> = panel
+        .reference
+        .map(|(f, _)| sweep.iter().map(|c| (x(c), ty(f(c)))).collect())
+        .unwrap_or_default();
+    let mut ys: Vec<f64> = pts.iter().chain(&refs).map(|p| p.1).collect();
+    ys.extend(panel.target.map(|(t, _)| ty(t)));
+    let (lo, hi) = ys.iter().fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+    let pad = ((hi - lo) * 0.12).max(if panel.log_y { 0.05 } else { hi.abs() * 0.05 + 1e-9 });
+    let lo = if panel.log_y || lo - pad > 0.0 { lo - pad } else { 0.0 };
+    // Headroom above everything for the legend.
+    let hi = hi + (hi - lo) * 0.3;
+    let mut chart = ChartBuilder::on(area)
+        .caption(panel.title, (FONT, 23))
+        .margin(14)
+        .x_label_area_size(48)
+        .y_label_area_size(78)
+        .build_cartesian_2d((x_lo - 0.4)..(x_hi + 0.4), lo..(hi + pad))?;
+    let yfmt = |v: &f64| tick(if panel.log_y { 10f64.powf(*v) } else { *v });
+    let xfmt = |v: &f64| {
+        if (v - v.round()).abs() < 1e-6 {
+            format!("{}", 2f64.powi(v.round() as i32))
+        } else {
+            String::new()
         }
-        if let Some((_, label)) = panel.reference {
-            chart
-                .draw_series(DashedLineSeries::new(refs, 12, 8, red.stroke_width(2)))
-                .map_err(|e| anyhow!("{e}"))?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 16))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
+    };
+    chart
+        .configure_mesh()
+        .x_labels(12)
+        .y_labels(7)
+        .x_label_formatter(&xfmt)
+        .y_label_formatter(&yfmt)
+        .x_desc("chunk capacity (keys, log scale)")
+        .label_style((FONT, 17))
+        .axis_desc_style((FONT, 17))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    let line = Line { label: None, color: BLUE, width: 3, dashed: false, dots: 5 };
+    line.draw(&mut chart, &pts)?;
+    let dflt =
+        sweep.iter().zip(&pts).filter(|(c, _)| c.capacity == default_capacity).map(|(_, p)| *p);
+    chart
+        .draw_series(dflt.map(|p| Circle::new(p, 11, RED.stroke_width(3))))?
+        .label(format!("default capacity {default_capacity}"))
+        .legend(|(x, y)| Circle::new((x + 10, y), 6, RED.stroke_width(3)));
+    if let Some((t, label)) = panel.target {
+        let target = [(x_lo - 0.4, ty(t)), (x_hi + 0.4, ty(t))];
+        Line::new(label, plot::RED, 2).dashed().draw(&mut chart, &target)?;
     }
-    root.present().map_err(|e| anyhow!("{e}"))?;
-    Ok(())
+    if let Some((_, label)) = panel.reference {
+        Line::new(label, plot::RED, 2).dashed().draw(&mut chart, &refs)?;
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperRight, 16)
 }
 
 /// One time series of the checkpoint experiment.
@@ -202,7 +170,7 @@ pub struct Series {
 /// Draws throughput against time, one panel per series (same axes), checkpoint intervals
 /// shaded (lighter where their end is uncertain).
 pub fn plot_series(path: &Path, series: &[Series], title: &str) -> Result<()> {
-    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
+    plot::ensure_font()?;
     if series.is_empty() {
         return Err(anyhow!("no series"));
     }
@@ -216,93 +184,63 @@ pub fn plot_series(path: &Path, series: &[Series], title: &str) -> Result<()> {
         / 1e3;
     let y_hi = if y_hi > 0.0 { y_hi } else { 1.0 };
     let height = 120 + 300 * series.len() as u32;
-    let root = BitMapBackend::new(path, (1800, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    let body = root.titled(title, (FONT, 28)).map_err(|e| anyhow!("{e}"))?;
-    let blue = RGBColor(31, 102, 181);
-    let orange = RGBColor(214, 110, 20);
-    let shade = RGBColor(200, 30, 30);
-    for (area, s) in body.split_evenly((series.len(), 1)).iter().zip(series) {
-        let color = match (s.blocking, s.control) {
-            (true, _) => orange,
-            (_, true) => RGBColor(90, 90, 90),
-            _ => blue,
-        };
-        let mut chart = ChartBuilder::on(area)
-            .caption(&s.label, (FONT, 22))
-            .margin(12)
-            .x_label_area_size(44)
-            .y_label_area_size(90)
-            .build_cartesian_2d(0.0..x_hi, 0.0..y_hi)
-            .map_err(|e| anyhow!("{e}"))?;
-        chart
-            .configure_mesh()
-            .x_labels(16)
-            .y_labels(6)
-            .x_desc("seconds from the first measured block")
-            .y_desc("k ops/s")
-            .x_label_formatter(&|v| if x_hi < 20.0 { format!("{v:.1}") } else { format!("{v:.0}") })
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .label_style((FONT, 17))
-            .axis_desc_style((FONT, 17))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
-        let label = match (s.blocking, s.control) {
-            (true, _) => "writer paused: checkpoint",
-            (_, true) => "none ran: the bavl run's checkpoints, block for block",
-            _ => "checkpoint running",
-        };
-        chart
-            .draw_series(
-                s.intervals.iter().map(|&(a, b, _)| {
-                    Rectangle::new([(a, 0.0), (b, y_hi)], shade.mix(0.18).filled())
-                }),
-            )
-            .map_err(|e| anyhow!("{e}"))?
-            .label(label)
-            .legend(move |(x, y)| {
-                Rectangle::new([(x, y - 6), (x + 20, y + 6)], shade.mix(0.18).filled())
-            });
-        chart
-            .draw_series(
-                s.intervals.iter().filter(|c| c.2 > c.1).map(|&(_, b, c)| {
-                    Rectangle::new([(b, 0.0), (c, y_hi)], shade.mix(0.07).filled())
-                }),
-            )
-            .map_err(|e| anyhow!("{e}"))?;
-        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (x, y / 1e3)).collect();
-        chart
-            .draw_series(LineSeries::new(pts, color.stroke_width(2)))
-            .map_err(|e| anyhow!("{e}"))?
-            .label("throughput per window")
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        let m = s.outside_mean / 1e3;
-        if m.is_finite() {
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(0.0, m), (x_hi, m)],
-                    10,
-                    8,
-                    BLACK.mix(0.6).stroke_width(1),
-                ))
-                .map_err(|e| anyhow!("{e}"))?
-                .label("mean outside checkpoints")
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.6).stroke_width(1))
-                });
+    png_titled(path, (1800, height), (title, 28), |body| {
+        for (area, s) in body.split_evenly((series.len(), 1)).iter().zip(series) {
+            series_panel(area, s, x_hi, y_hi)?;
         }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 16))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
-    }
-    root.present().map_err(|e| anyhow!("{e}"))?;
+        Ok(())
+    })?;
     Ok(())
+}
+
+/// One run's throughput against time, its checkpoint intervals shaded.
+fn series_panel(area: &Area, s: &Series, x_hi: f64, y_hi: f64) -> DrawResult {
+    let shade = plot::RED;
+    let color = match (s.blocking, s.control) {
+        (true, _) => ORANGE,
+        (_, true) => RGBColor(90, 90, 90),
+        _ => BLUE,
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(&s.label, (FONT, 22))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(90)
+        .build_cartesian_2d(0.0..x_hi, 0.0..y_hi)?;
+    chart
+        .configure_mesh()
+        .x_labels(16)
+        .y_labels(6)
+        .x_desc("seconds from the first measured block")
+        .y_desc("k ops/s")
+        .x_label_formatter(&|v| if x_hi < 20.0 { format!("{v:.1}") } else { format!("{v:.0}") })
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style((FONT, 17))
+        .axis_desc_style((FONT, 17))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    let label = match (s.blocking, s.control) {
+        (true, _) => "writer paused: checkpoint",
+        (_, true) => "none ran: the bavl run's checkpoints, block for block",
+        _ => "checkpoint running",
+    };
+    let certain = s
+        .intervals
+        .iter()
+        .map(|&(a, b, _)| Rectangle::new([(a, 0.0), (b, y_hi)], shade.mix(0.18).filled()));
+    chart.draw_series(certain)?.label(label).legend(move |(x, y)| {
+        Rectangle::new([(x, y - 6), (x + 20, y + 6)], shade.mix(0.18).filled())
+    });
+    let uncertain = s.intervals.iter().filter(|c| c.2 > c.1);
+    chart.draw_series(
+        uncertain.map(|&(_, b, c)| Rectangle::new([(b, 0.0), (c, y_hi)], shade.mix(0.07).filled())),
+    )?;
+    let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (x, y / 1e3)).collect();
+    Line::new("throughput per window", color, 2).draw(&mut chart, &pts)?;
+    let m = s.outside_mean / 1e3;
+    if m.is_finite() {
+        let mean = Line::new("mean outside checkpoints", RGBColor(102, 102, 102), 1).dashed();
+        mean.draw(&mut chart, &[(0.0, m), (x_hi, m)])?;
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperRight, 16)
 }

@@ -169,7 +169,7 @@ pub fn summary(rep: &Report) -> String {
         r.capacity,
         rep.machine.cpu,
         rep.machine.nproc,
-        &rep.machine.git_commit[..rep.machine.git_commit.len().min(10)]
+        rep.machine.short_commit(10)
     );
     let _ = writeln!(s, "{:<40} {:>12}  {:<12} met", "figure", "value", "target");
     for (name, v) in rows {

@@ -12,6 +12,8 @@ use rand::seq::{index, SliceRandom};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+pub use bavl_labkit::stats::{median, percentile};
+
 /// Key length in bytes.
 pub const KEY_LEN: usize = 20;
 /// Value length in bytes.
@@ -104,21 +106,10 @@ impl Workload {
     }
 }
 
-/// Nearest-rank percentile (`p` in 0..=100) of unsorted samples; 0 when empty.
-pub fn percentile<T: Copy + PartialOrd + Default>(samples: &[T], p: f64) -> T {
-    if samples.is_empty() {
-        return T::default();
-    }
-    let mut v = samples.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
-/// Median of durations, in seconds.
+/// Median of durations, in seconds (nearest rank: one of the runs).
 pub fn median_secs(d: &[Duration]) -> f64 {
     let s: Vec<f64> = d.iter().map(Duration::as_secs_f64).collect();
-    percentile(&s, 50.0)
+    median(&s)
 }
 
 /// Runs `f` `reps` times and returns the median duration it reports.
@@ -206,14 +197,5 @@ mod tests {
         let old = a.blocks[0].iter().filter(|(k, _)| existing.contains(k)).count();
         assert_eq!(old, 50, "half of each block updates existing keys");
         assert_eq!(a.proof_keys.len(), 20);
-    }
-
-    #[test]
-    fn percentiles_use_nearest_rank() {
-        let v: Vec<u32> = (1..=100).collect();
-        assert_eq!(percentile(&v, 50.0), 50);
-        assert_eq!(percentile(&v, 99.0), 99);
-        assert_eq!(percentile(&v, 100.0), 100);
-        assert_eq!(percentile::<u32>(&[], 50.0), 0);
     }
 }

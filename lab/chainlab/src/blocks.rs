@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use bavl_labkit::stats::percentile;
 use serde::Serialize;
 
 use crate::net::{Bins, Net, VALIDATORS};
@@ -72,14 +73,6 @@ pub struct Throughput {
     pub blocks: Vec<Block>,
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 /// Splits the blocks after the first into "during" and "outside" and sums them.
 pub fn analyse(format: &str, blocks: Vec<Block>) -> Throughput {
     let snaps: Vec<u64> = blocks.iter().filter(|b| b.snapshot_ms > 0.0).map(|b| b.height).collect();
@@ -100,8 +93,8 @@ pub fn analyse(format: &str, blocks: Vec<Block>) -> Throughput {
     }
     let rate = |tx: u64, dts: &[f64]| tx as f64 / (dts.iter().sum::<f64>() / 1e3).max(1e-9);
     let (r_in, r_out) = (rate(tx_in, &dt_in), rate(tx_out, &dt_out));
-    let p99_in = percentile(&mut dt_in.clone(), 0.99);
-    let p99_out = percentile(&mut dt_out.clone(), 0.99);
+    let p99_in = percentile(&dt_in, 99.0);
+    let p99_out = percentile(&dt_out, 99.0);
     let snap_ms: Vec<f64> =
         blocks.iter().filter(|b| b.snapshot_ms > 0.0).map(|b| b.snapshot_ms).collect();
     Throughput {
@@ -112,7 +105,7 @@ pub fn analyse(format: &str, blocks: Vec<Block>) -> Throughput {
         tx_per_s_outside: r_out,
         tx_per_s_during: r_in,
         snapshot_throughput_ratio: if r_out > 0.0 { r_in / r_out } else { 0.0 },
-        block_time_p50_ms_outside: percentile(&mut dt_out.clone(), 0.5),
+        block_time_p50_ms_outside: percentile(&dt_out, 50.0),
         block_time_p99_ms_outside: p99_out,
         block_time_p99_ms_during: p99_in,
         snapshot_block_time_p99_ratio: if p99_out > 0.0 { p99_in / p99_out } else { 0.0 },

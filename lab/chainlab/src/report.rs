@@ -4,6 +4,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use bavl_labkit::stats::median;
+use bavl_labkit::Machine;
 use serde_json::{json, Value};
 
 use crate::blocks::Throughput;
@@ -17,38 +19,10 @@ pub struct Report {
     setup: Setup,
     cometbft: String,
     lies: Vec<&'static str>,
+    /// Probed when the run starts; the load average is read again when it is written.
+    machine: Machine,
     pub joins: Vec<Join>,
     pub throughput: Vec<Throughput>,
-}
-
-fn machine() -> Value {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let cpu = read("/proc/cpuinfo")
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|r| r.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    let mem_kb: f64 = read("/proc/meminfo")
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        .unwrap_or(0.0);
-    let git = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    let date = std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    json!({"cpu": cpu, "nproc": std::thread::available_parallelism().map_or(1, |n| n.get()),
-           "mem_gib": (mem_kb / 1048576.0 * 10.0).round() / 10.0,
-           "load_avg_at_end": read("/proc/loadavg").trim(), "git_commit": git, "date": date})
 }
 
 impl Report {
@@ -61,6 +35,7 @@ impl Report {
             setup: setup.clone(),
             cometbft,
             lies: lies.to_vec(),
+            machine: Machine::probe(),
             joins: vec![],
             throughput: vec![],
         }
@@ -76,8 +51,8 @@ impl Report {
     }
 
     fn median_of(&self, variant: &str, f: impl Fn(&Join) -> f64) -> Option<f64> {
-        let mut v: Vec<f64> = self.runs(variant).into_iter().map(f).collect();
-        (!v.is_empty()).then(|| crate::median(&mut v))
+        let v: Vec<f64> = self.runs(variant).into_iter().map(f).collect();
+        (!v.is_empty()).then(|| median(&v))
     }
 
     fn variants(&self) -> Vec<String> {
@@ -160,10 +135,12 @@ impl Report {
         let dir = out.join("chain");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let s = &self.setup;
+        let mut machine = self.machine.clone();
+        machine.finish();
         let doc = json!({
             "what": "issue 17 section 4: the AVL* paper's chain experiments on a real CometBFT network",
             "command": command,
-            "machine": machine(),
+            "machine": machine,
             "cometbft": self.cometbft,
             "setup": {
                 "keys": s.keys, "key_bytes": 20, "value_bytes": 100, "validators": 4,

@@ -47,14 +47,12 @@ pub fn intervals(rounds: &Rounds, targets: &Targets<'_>) -> Value {
     })
 }
 
-/// `[2.5th, 97.5th]` percentile of `v`, or `null` when empty.
-fn percentiles(mut v: Vec<f64>) -> Value {
+/// `[2.5th, 97.5th]` percentile of `v` (nearest rank), or `null` when empty.
+fn percentiles(v: Vec<f64>) -> Value {
     if v.is_empty() {
         return Value::Null;
     }
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    json!([at(0.025), at(0.975)])
+    json!(bavl_labkit::stats::percentiles(&v, [2.5, 97.5]))
 }
 
 #[cfg(test)]

@@ -2,46 +2,47 @@
 //! operation against partitions), `model.png` (modelled throughput against partitions,
 //! with the ideal line P x T(1)), `cache.png` (measured throughput and directory lookups per
 //! operation with the client cache on and off). Text needs a TrueType font
-//! (`bavl-plotfont`); without one the plots are skipped with a note.
+//! (`bavl_labkit::plot`); without one the plots are skipped with a note.
 
 use std::path::Path;
 
-use anyhow::{anyhow, Result};
-use bavl_plotfont::FONT;
+use anyhow::Result;
+use bavl_labkit::plot::{
+    self, legend, png, Area, Bars, Category, DrawResult, Line, BLUE, FONT, ORANGE,
+};
 use plotters::prelude::*;
 
 use crate::experiments::Results;
 use crate::load::Workload;
-use crate::metrics::metrics;
+use crate::metrics::{metrics, Metrics};
 use crate::model::Modelled;
 
-type E = Box<dyn std::error::Error>;
 /// One line: its legend, colour and (partitions, value) points.
 type Series = (String, RGBColor, Vec<(u64, f64)>);
 
 const WORKLOADS: [(Workload, &str, RGBColor); 4] = [
-    (Workload::Search, "search", RGBColor(31, 102, 181)),
-    (Workload::Update, "update", RGBColor(214, 110, 20)),
+    (Workload::Search, "search", BLUE),
+    (Workload::Update, "update", ORANGE),
     (Workload::Insert, "insert", RGBColor(60, 150, 60)),
     (Workload::Mixed, "mixed", RGBColor(150, 60, 160)),
 ];
 
 pub fn all(dir: &Path, r: &Results, modelled: &[Modelled]) -> Result<()> {
-    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
-    costs(&dir.join("costs.png"), r).map_err(|e| anyhow!("{e}"))?;
-    model(&dir.join("model.png"), modelled).map_err(|e| anyhow!("{e}"))?;
-    cache(&dir.join("cache.png"), r).map_err(|e| anyhow!("{e}"))?;
+    plot::ensure_font()?;
+    png(&dir.join("costs.png"), (1200, 480), |root| costs(root, r))?;
+    png(&dir.join("model.png"), (900, 520), |root| model(root, modelled))?;
+    png(&dir.join("cache.png"), (1200, 480), |root| cache(root, r))?;
     Ok(())
 }
 
 /// One panel of lines against partitions (log2 x axis positions 0..3).
 fn lines(
-    area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
+    area: &Area,
     title: &str,
     y_desc: &str,
     series: &[Series],
     dashed: Option<&[(u64, f64)]>,
-) -> Result<(), E> {
+) -> DrawResult {
     let hi = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9);
     let hi = dashed.map_or(hi, |d| d.iter().map(|p| p.1).fold(hi, f64::max)) * 1.15;
     let mut chart = ChartBuilder::on(area)
@@ -67,36 +68,18 @@ fn lines(
         .draw()?;
     for (name, color, pts) in series {
         let pts: Vec<(f64, f64)> = pts.iter().map(|(p, v)| (*p as f64, *v)).collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        Line::new(name.clone(), *color, 2).dots(4).draw(&mut chart, &pts)?;
     }
     if let Some(d) = dashed {
         let pts: Vec<(f64, f64)> = d.iter().map(|(p, v)| (*p as f64, *v)).collect();
-        chart
-            .draw_series(DashedLineSeries::new(pts, 6, 4, BLACK.stroke_width(1)))?
-            .label("ideal P x T(1), update")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));
+        Line::new("ideal P x T(1), update", BLACK, 1).dashed().draw(&mut chart, &pts)?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 14))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperLeft, 14)
 }
 
-fn costs(path: &Path, r: &Results) -> Result<(), E> {
-    let root = BitMapBackend::new(path, (1200, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
+fn costs(root: &Area, r: &Results) -> DrawResult {
     let (a, b) = root.split_horizontally(600);
-    let series = |f: &dyn Fn(&crate::metrics::Metrics) -> f64| -> Vec<Series> {
+    let series = |f: &dyn Fn(&Metrics) -> f64| -> Vec<Series> {
         WORKLOADS
             .iter()
             .map(|(w, name, c)| {
@@ -119,14 +102,10 @@ fn costs(path: &Path, r: &Results) -> Result<(), E> {
         None,
     )?;
     let rpcs = series(&|m| m.rpcs_per_op);
-    lines(&b, "measured request/reply exchanges per operation", "RPCs per op", &rpcs, None)?;
-    root.present()?;
-    Ok(())
+    lines(&b, "measured request/reply exchanges per operation", "RPCs per op", &rpcs, None)
 }
 
-fn model(path: &Path, modelled: &[Modelled]) -> Result<(), E> {
-    let root = BitMapBackend::new(path, (900, 520)).into_drawing_area();
-    root.fill(&WHITE)?;
+fn model(root: &Area, modelled: &[Modelled]) -> DrawResult {
     let series: Vec<Series> = WORKLOADS
         .iter()
         .map(|(w, name, c)| {
@@ -151,20 +130,16 @@ fn model(path: &Path, modelled: &[Modelled]) -> Result<(), E> {
         })
         .unwrap_or_default();
     lines(
-        &root,
+        root,
         "modelled throughput, one core per partition leader (calibrated on measured CPU per op)",
         "thousand ops per second",
         &series,
         Some(&ideal),
-    )?;
-    root.present()?;
-    Ok(())
+    )
 }
 
-fn cache(path: &Path, r: &Results) -> Result<(), E> {
+fn cache(root: &Area, r: &Results) -> DrawResult {
     let offs: Vec<_> = r.sweep.iter().filter(|x| !x.cache).collect();
-    let root = BitMapBackend::new(path, (1200, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
     let (a, b) = root.split_horizontally(600);
     let mut vals = Vec::new();
     for off in &offs {
@@ -180,60 +155,25 @@ fn cache(path: &Path, r: &Results) -> Result<(), E> {
         let name = format!("{:?} {}P", off.workload, off.partitions).to_lowercase();
         vals.push((name, mo, mf));
     }
-    let bars = |area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
-                title: &str,
-                y: &str,
-                f: &dyn Fn(&crate::metrics::Metrics) -> f64|
-     -> Result<(), E> {
-        let n = vals.len().max(1);
-        let hi = vals.iter().map(|(_, a, b)| f(a).max(f(b))).fold(0.0, f64::max).max(1e-9) * 1.2;
-        let mut chart = ChartBuilder::on(area)
-            .caption(title, (FONT, 18))
-            .margin(12)
-            .x_label_area_size(35)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-0.6..(n as f64 - 0.4), 0.0..hi)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(n * 2 + 1)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < vals.len() {
-                    vals[i as usize].0.clone()
-                } else {
-                    String::new()
-                }
+    let (on_c, off_c) = (BLUE.to_rgba(), RGBColor(200, 60, 60).to_rgba());
+    let bars = |area: &Area, title: &str, y_desc: &str, f: &dyn Fn(&Metrics) -> f64| {
+        let categories: Vec<Category> = vals
+            .iter()
+            .map(|(name, on, off)| Category {
+                name: name.clone(),
+                bars: vec![(f(on), on_c), (f(off), off_c)],
+                ..Category::default()
             })
-            .y_desc(y)
-            .label_style((FONT, 14))
-            .draw()?;
-        for (i, (_, on, off)) in vals.iter().enumerate() {
-            let x = i as f64;
-            let on_c = RGBColor(31, 102, 181);
-            let off_c = RGBColor(200, 60, 60);
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(x - 0.3, 0.0), (x, f(on))],
-                on_c.filled(),
-            )))?;
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(x, 0.0), (x + 0.3, f(off))],
-                off_c.filled(),
-            )))?;
-        }
-        chart.draw_series(std::iter::once(Text::new(
-            "blue: cache on, red: cache off",
-            (-0.5, hi * 0.95),
-            (FONT, 14).into_font(),
-        )))?;
-        Ok(())
+            .collect();
+        let legend = vec![("cache on".to_string(), on_c), ("cache off".to_string(), off_c)];
+        let (caption, labels, value, line) = (18, 14, None, None);
+        Bars { title, caption, labels, y_desc, value, legend, line, categories: &categories }
+            .draw(area)
     };
     bars(&a, "measured throughput on this 2-core machine", "ops per second", &|m| {
         m.throughput_ops_s
     })?;
     bars(&b, "measured directory lookups per operation", "lookups per op", &|m| {
         m.dir_lookups_per_op
-    })?;
-    root.present()?;
-    Ok(())
+    })
 }

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use bavl_labkit::Machine;
 use serde_json::{json, Value};
 
 use crate::experiments::{Results, Setup, SweepRow};
@@ -12,31 +13,12 @@ use crate::load::Workload;
 use crate::metrics::{metrics, wname};
 use crate::model::{Calibration, Modelled, Point, FORMULA};
 
-fn machine() -> Value {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let cpu = read("/proc/cpuinfo")
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|r| r.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    let run = |cmd: &str, args: &[&str]| {
-        std::process::Command::new(cmd)
-            .args(args)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default()
-    };
-    json!({
-        "cpu": cpu,
-        "nproc": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "load_avg_at_end": read("/proc/loadavg").trim(),
-        "git_commit": run("git", &["rev-parse", "--short", "HEAD"]),
-        "date": run("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
-        "note": "2 cores shared by 3 node processes, the client process and other work on the machine"
-    })
+/// The machine block, read when the report is written (both load averages are then's).
+fn machine() -> Machine {
+    Machine::at_end().with(
+        "note",
+        "2 cores shared by 3 node processes, the client process and other work on the machine",
+    )
 }
 
 /// f_L(w): the busiest node's share of node CPU in the P = 1 throughput phase.

@@ -277,7 +277,7 @@ fn run(a: RunArgs) -> Result<()> {
     if matches!(fs.as_str(), "tmpfs" | "ramfs") {
         bail!("{} is on {fs}: fsync would cost nothing; pass --dir on a real disk", dir.display());
     }
-    let mut machine = report::Machine::probe(&a.go);
+    let mut machine = report::machine(&a.go);
     let params = Params {
         quick: a.quick,
         keys,

@@ -213,7 +213,7 @@ pub fn run(a: CgroupArgs) -> Result<()> {
     if matches!(fs.as_str(), "tmpfs" | "ramfs") {
         bail!("{} is on {fs}: pass --dir on a real disk", dir.display());
     }
-    let mut machine = Machine::probe("go");
+    let mut machine = report::machine("go");
     let params = serde_json::json!({
         "quick": a.quick, "initial_keys": keys_list, "stores": a.stores,
         "memory_limit_bytes": limits, "preload": a.preload,

@@ -1,19 +1,15 @@
 //! The `cgroup` subcommand's PNG: one bar per (store, key count) in six panels (durable
 //! ops/s, commit p50/p99, memory peaks against the limit, bytes written and read per
 //! operation, disk bytes per key). A run the OOM killer ended has no bar but the words
-//! "OOM-killed" and how many keys it had loaded. Needs a font (`bavl_plotfont`).
+//! "OOM-killed" and how many keys it had loaded. Needs a font (`bavl_labkit::plot`).
 
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use bavl_plotfont::FONT;
+use bavl_labkit::plot::{self, human, lighter, png_titled, Area, Bars, Category, DrawResult};
 use plotters::prelude::*;
 
 use crate::memrecord::RunRecord;
-use crate::plot::human;
-
-type E = Box<dyn std::error::Error>;
-type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
 /// 1M, 10M, 200k, 1.5M.
 pub fn keys_label(k: u64) -> String {
@@ -42,156 +38,113 @@ fn short(store: &str) -> &str {
 
 fn color(r: &RunRecord) -> RGBColor {
     if r.store == "bavl" {
-        RGBColor(31, 102, 181)
+        plot::BLUE
     } else if r.store.starts_with("bavl") {
         RGBColor(23, 160, 190)
     } else if r.store == "nomt" {
-        RGBColor(214, 110, 20)
+        plot::ORANGE
     } else {
-        RGBColor(140, 140, 140)
+        plot::GREY
     }
 }
 
 /// One panel: a first value per run and an optional second (lighter) one; `line` draws a
-/// dashed horizontal reference (the memory limit).
+/// dashed horizontal reference (the memory limit). A run that died without the first
+/// value shows why, and at how many keys.
 fn panel(
     area: &Area,
     title: &str,
     runs: &[RunRecord],
     values: &[(Option<f64>, Option<f64>)],
     line: Option<(f64, &str)>,
-) -> Result<(), E> {
-    let n = runs.len();
-    let top =
-        values.iter().map(|(a, b)| a.unwrap_or(0.0).max(b.unwrap_or(0.0))).fold(0.0, f64::max);
-    let hi = top.max(line.map_or(0.0, |l| l.0)).max(1e-9) * 1.22;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FONT, 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(-0.6..(n as f64 - 0.4), 0.0..hi)?;
+) -> DrawResult {
     let limits: std::collections::BTreeSet<u64> =
         runs.iter().map(|r| r.memory_limit_bytes).collect();
-    let names: Vec<String> = runs
+    let categories: Vec<Category> = runs
         .iter()
-        .map(|r| {
-            let mut s = format!("{} {}", short(&r.store), keys_label(r.initial_keys));
+        .zip(values)
+        .map(|(r, (a, b))| {
+            let mut name = format!("{} {}", short(&r.store), keys_label(r.initial_keys));
             if limits.len() > 1 {
-                s += &format!(" {}G", r.memory_limit_bytes as f64 / (1u64 << 30) as f64);
+                name += &format!(" {}G", r.memory_limit_bytes as f64 / (1u64 << 30) as f64);
             }
-            s
+            let c = color(r);
+            if r.status != "ok" && a.is_none() {
+                let what = if r.status == "oom-killed" { "OOM-killed" } else { r.status.as_str() };
+                let at = r
+                    .died_after_keys_loaded
+                    .map_or(String::new(), |k| format!("at {}", keys_label(k)));
+                return Category { name, note: vec![what.to_string(), at], ..Category::default() };
+            }
+            let bars = match (a, b) {
+                (Some(a), b) => [Some((*a, c.to_rgba())), b.map(|b| (b, lighter(c)))],
+                (None, b) => [b.map(|b| (b, lighter(c))), None],
+            };
+            Category { name, bars: bars.into_iter().flatten().collect(), ..Category::default() }
         })
         .collect();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            let ok = (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len();
-            if ok {
-                names[i as usize].clone()
-            } else {
-                String::new()
-            }
-        })
-        .y_labels(6)
-        .y_label_formatter(&|v| human(*v))
-        .label_style((FONT, 14))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()?;
-    for (i, (r, (a, b))) in runs.iter().zip(values).enumerate() {
-        let x = i as f64;
-        let c = color(r);
-        if r.status != "ok" && a.is_none() {
-            let what = if r.status == "oom-killed" { "OOM-killed" } else { r.status.as_str() };
-            let at =
-                r.died_after_keys_loaded.map_or(String::new(), |k| format!("at {}", keys_label(k)));
-            let red = RGBColor(200, 30, 30);
-            for (j, s) in [what.to_string(), at].into_iter().enumerate() {
-                let y = hi * (0.2 - 0.08 * j as f64);
-                chart.draw_series(std::iter::once(Text::new(
-                    s,
-                    (x - 0.3, y),
-                    (FONT, 15).into_font().color(&red),
-                )))?;
-            }
-            continue;
-        }
-        let two = b.is_some();
-        let (x0, x1) = if two { (x - 0.38, x) } else { (x - 0.32, x + 0.32) };
-        for (v, (u0, u1), shade) in [(a, (x0, x1), 1.0), (b, (x, x + 0.38), 0.45)] {
-            let Some(v) = v else { continue };
-            let fill = c.mix(shade).filled();
-            chart.draw_series(std::iter::once(Rectangle::new([(u0, 0.0), (u1, *v)], fill)))?;
-            let label = Text::new(human(*v), (u0, *v + hi * 0.02), (FONT, 13).into_font());
-            chart.draw_series(std::iter::once(label))?;
-        }
+    let value = |v: f64| human(v);
+    Bars {
+        title,
+        caption: 20,
+        labels: 14,
+        y_desc: "",
+        value: Some(&value),
+        legend: vec![],
+        line,
+        categories: &categories,
     }
-    if let Some((y, label)) = line {
-        let red = RGBColor(200, 30, 30);
-        let pts = vec![(-0.6, y), (n as f64 - 0.4, y)];
-        chart.draw_series(DashedLineSeries::new(pts, 6, 4, red.stroke_width(2)))?;
-        let t =
-            Text::new(label.to_string(), (-0.5, y + hi * 0.03), (FONT, 14).into_font().color(&red));
-        chart.draw_series(std::iter::once(t))?;
-    }
-    Ok(())
-}
-
-fn draw(path: &Path, runs: &[RunRecord], limit: u64) -> Result<(), E> {
-    // Six panels side by side in two rows while the bars are few; one panel a row, as
-    // wide as the bars need, when there are many (their labels would overlap).
-    let many = runs.len() > 10;
-    let size = if many { ((runs.len() as u32 * 105).max(1800), 6 * 330) } else { (1800, 1050) };
-    let root = BitMapBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE)?;
-    let title = format!(
-        "Workload B inside a memory cgroup (limit {} MiB, the dashed line): bavl (in memory), bavl paged (\"paged\"; \"cached\": paged, nothing evicted) and nomt 1.0.5",
-        limit >> 20
-    );
-    let body = root.titled(&title, (FONT, 22))?;
-    let areas = body.split_evenly(if many { (6, 1) } else { (2, 3) });
-    let one =
-        |f: fn(&RunRecord) -> Option<f64>| runs.iter().map(|r| (f(r), None)).collect::<Vec<_>>();
-    panel(&areas[0], "durable ops/s (fsync per 10k-op block)", runs, &one(|r| r.ops_per_s), None)?;
-    let lat: Vec<_> = runs.iter().map(|r| (r.commit_p50_ms, r.commit_p99_ms)).collect();
-    panel(&areas[1], "commit per block, ms: p50 | p99 (lighter)", runs, &lat, None)?;
-    let mb = |b: Option<u64>| b.map(|b| b as f64 / 1e6);
-    let mem: Vec<_> = runs
-        .iter()
-        .map(|r| {
-            (
-                mb(r.rss_peak_bytes),
-                mb(r.cgroup_peak_before_readback_bytes.or(Some(r.cgroup_peak_bytes))),
-            )
-        })
-        .collect();
-    let lim = (limit as f64 / 1e6, "limit");
-    panel(&areas[2], "peak MB: RSS | cgroup incl. page cache (lighter)", runs, &mem, Some(lim))?;
-    panel(&areas[3], "bytes written per operation", runs, &one(|r| r.write_bytes_per_op), None)?;
-    panel(
-        &areas[4],
-        "bytes read from disk per operation",
-        runs,
-        &one(|r| r.read_bytes_per_op),
-        None,
-    )?;
-    let disk: Vec<_> = runs.iter().map(|r| (r.disk_bytes_per_key, r.ram_bytes_per_key)).collect();
-    panel(&areas[5], "bytes per key: disk | RAM (RSS, lighter)", runs, &disk, None)?;
-    root.present()?;
-    Ok(())
+    .draw(area)
 }
 
 /// Draws `runs` into `path` (its directory is created).
 pub fn plot(path: &Path, runs: &[RunRecord], limit: u64) -> Result<()> {
-    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
+    plot::ensure_font()?;
     if runs.is_empty() {
         return Err(anyhow!("no run"));
     }
-    if let Some(p) = path.parent() {
-        std::fs::create_dir_all(p)?;
-    }
-    draw(path, runs, limit).map_err(|e| anyhow!("{e}"))
+    // Six panels side by side in two rows while the bars are few; one panel a row, as
+    // wide as the bars need, when there are many (their labels would overlap).
+    let many = runs.len() > 10;
+    let size = if many { ((runs.len() as u32 * 105).max(1800), 6 * 330) } else { (1800, 1050) };
+    let title = format!(
+        "Workload B inside a memory cgroup (limit {} MiB, the dashed line): bavl (in memory), bavl paged (\"paged\"; \"cached\": paged, nothing evicted) and nomt 1.0.5",
+        limit >> 20
+    );
+    png_titled(path, size, (&title, 22), |body| {
+        let areas = body.split_evenly(if many { (6, 1) } else { (2, 3) });
+        let one = |f: fn(&RunRecord) -> Option<f64>| {
+            runs.iter().map(|r| (f(r), None)).collect::<Vec<_>>()
+        };
+        let ops = one(|r| r.ops_per_s);
+        panel(&areas[0], "durable ops/s (fsync per 10k-op block)", runs, &ops, None)?;
+        let lat: Vec<_> = runs.iter().map(|r| (r.commit_p50_ms, r.commit_p99_ms)).collect();
+        panel(&areas[1], "commit per block, ms: p50 | p99 (lighter)", runs, &lat, None)?;
+        let mb = |b: Option<u64>| b.map(|b| b as f64 / 1e6);
+        let mem: Vec<_> = runs
+            .iter()
+            .map(|r| {
+                (
+                    mb(r.rss_peak_bytes),
+                    mb(r.cgroup_peak_before_readback_bytes.or(Some(r.cgroup_peak_bytes))),
+                )
+            })
+            .collect();
+        let lim = (limit as f64 / 1e6, "limit");
+        panel(
+            &areas[2],
+            "peak MB: RSS | cgroup incl. page cache (lighter)",
+            runs,
+            &mem,
+            Some(lim),
+        )?;
+        let written = one(|r| r.write_bytes_per_op);
+        panel(&areas[3], "bytes written per operation", runs, &written, None)?;
+        let read = one(|r| r.read_bytes_per_op);
+        panel(&areas[4], "bytes read from disk per operation", runs, &read, None)?;
+        let disk: Vec<_> =
+            runs.iter().map(|r| (r.disk_bytes_per_key, r.ram_bytes_per_key)).collect();
+        panel(&areas[5], "bytes per key: disk | RAM (RSS, lighter)", runs, &disk, None)
+    })?;
+    Ok(())
 }

@@ -203,7 +203,7 @@ fn fill(r: &mut RunRecord, c: &ChildReport, expected: &stream::Expected) {
     let secs: f64 = c.block_ms.iter().sum::<f64>() / 1e3;
     r.ops_measured = c.ops_measured;
     r.ops_per_s = (secs > 0.0).then(|| (c.ops_measured as f64 / secs).round());
-    let p = |q| (bavl_workload::percentile(&c.block_ms, q) * 100.0).round() / 100.0;
+    let p = |q| (bavl_labkit::stats::percentile(&c.block_ms, q) * 100.0).round() / 100.0;
     r.commit_p50_ms = Some(p(50.0));
     r.commit_p99_ms = Some(p(99.0));
     r.commit_max_ms = Some(p(100.0));

@@ -3,28 +3,18 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use bavl_labkit::machine::run;
+use bavl_labkit::stats::percentile;
+pub use bavl_labkit::Machine;
 use bavl_peers::adapters::StoreInfo;
 use bavl_peers::child::ChildReport;
 use bavl_peers::stream::Expected;
-use bavl_workload::percentile;
 use serde::Serialize;
 
 const MB: f64 = 1e6;
-
-fn run(cmd: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(cmd).args(args).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn load_avg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
 
 /// Busy CPU time of the whole machine so far (all CPUs, every state but idle and
 /// iowait), seconds, from `/proc/stat` (USER_HZ = 100).
@@ -71,56 +61,11 @@ pub fn disk_usage(dir: &Path) -> Disk {
     d
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct Machine {
-    pub cpu: String,
-    pub nproc: usize,
-    pub kernel: String,
-    pub mem_total_gib: f64,
-    pub rustc: String,
-    pub go: String,
-    pub git_commit: String,
-    pub git_dirty: bool,
-    pub load_avg_start: String,
-    pub load_avg_end: String,
-}
-
-impl Machine {
-    pub fn probe(go: &str) -> Machine {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu = cpuinfo
-            .lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map_or("unknown".into(), |(_, v)| v.trim().to_string());
-        let mem_kib = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("MemTotal:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            })
-            .unwrap_or(0.0);
-        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-        Machine {
-            cpu,
-            nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default(),
-            mem_total_gib: (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
-            rustc: run(&rustc, &["--version"]).unwrap_or_else(|| "unknown".into()),
-            go: run(go, &["version"]).unwrap_or_else(|| "not found".into()),
-            git_commit: run("git", &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into()),
-            git_dirty: run("git", &["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty()),
-            load_avg_start: load_avg(),
-            load_avg_end: String::new(),
-        }
-    }
-    pub fn finish(&mut self) {
-        self.load_avg_end = load_avg();
-    }
+/// The machine block of `peers.json` and `memory.json`: the kit's, with the Go toolchain
+/// that built IAVL's child (`go`; "not found" without one).
+pub fn machine(go: &str) -> Machine {
+    let version = run(go, &["version"]).unwrap_or_else(|| "not found".into());
+    Machine::probe().with("go", version)
 }
 
 #[derive(Debug, Clone, Serialize)]

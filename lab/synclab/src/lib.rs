@@ -13,7 +13,6 @@ pub mod child;
 pub mod crowd;
 pub mod delay;
 pub mod http;
-pub mod meta;
 pub mod plot;
 pub mod runner;
 pub mod state;

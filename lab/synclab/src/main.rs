@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use bavl_labkit::machine::{utc_now, Machine};
+use bavl_labkit::stats;
 use bavl_synclab::baseline::{self, RetryPolicy};
-use bavl_synclab::meta::{date, machine};
 use bavl_synclab::plot;
 use bavl_synclab::runner::{self, Env, Method, Row, Setup};
 use clap::{Parser, Subcommand};
@@ -496,13 +497,9 @@ fn med(rows: &[Row], keep: impl Fn(&Row) -> bool) -> Option<f64> {
     median(rows.iter().filter(|r| r.ok && keep(r)).map(|r| r.seconds).collect())
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+/// The median (nearest rank, `bavl_labkit::stats`); `None` when nothing was measured.
+fn median(v: Vec<f64>) -> Option<f64> {
+    (!v.is_empty()).then(|| stats::median(&v))
 }
 
 fn s7_summary(quick: bool, rows: &[Row], made: &str) -> serde_json::Value {
@@ -602,9 +599,9 @@ fn s7_summary(quick: bool, rows: &[Row], made: &str) -> serde_json::Value {
             "bavl_sync_s": med(rows, |r| r.exp == "cpu" && r.method == Method::Bavl),
             "baseline_sync_s": med(rows, |r| r.exp == "cpu" && r.method == Method::Baseline),
         },
-        "machine": machine(),
+        "machine": Machine::at_end(),
         "made_by": made,
-        "summary_date": date(),
+        "summary_date": utc_now(),
         "csv": "docs/results/sync/s7.csv",
     })
 }
@@ -612,11 +609,7 @@ fn s7_summary(quick: bool, rows: &[Row], made: &str) -> serde_json::Value {
 /// Medians of the honest runs' time and CPU split.
 fn breakdown(rows: &[Row], m: Method) -> serde_json::Value {
     let h: Vec<&Row> = rows.iter().filter(|r| r.ok && r.method == m && r.byzantine == 0).collect();
-    let md = |f: &dyn Fn(&Row) -> f64| {
-        let mut v: Vec<f64> = h.iter().map(|r| f(r)).collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
-    };
+    let md = |f: &dyn Fn(&Row) -> f64| median(h.iter().map(|r| f(r)).collect());
     json!({
         "total_s": md(&|r| r.seconds),
         "client_timer_s": md(&|r| r.inner_s),
@@ -673,8 +666,8 @@ fn plots(out: &Path, rows: &[Row]) -> Result<()> {
             _ => {
                 let mut s = Vec::new();
                 for (m, c) in [
-                    (Method::Bavl, plotters::style::RGBColor(31, 102, 181)),
-                    (Method::Baseline, plotters::style::RGBColor(214, 110, 20)),
+                    (Method::Bavl, bavl_labkit::plot::BLUE),
+                    (Method::Baseline, bavl_labkit::plot::ORANGE),
                     (Method::BaselineBlind, plotters::style::RGBColor(160, 40, 40)),
                 ] {
                     let line = |label: String, dashed: bool, y: fn(&Row) -> f64| plot::Series {
@@ -783,7 +776,7 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
     if !args.keep_lab {
         runner::lab_down(&env);
     }
-    let when = date();
+    let when = utc_now();
     for e in &exps {
         if rows.iter().any(|r| &r.exp == e) {
             std::fs::write(out.join(format!("{e}.cmd")), format!("{e}: {command} ({when})\n"))?;

@@ -248,8 +248,8 @@ fn main() -> Result<()> {
         let r = serde_json::json!({
             "engine": name,
             "ops_per_s": ops as f64 / secs,
-            "commit_ms_p50": bavl_workload::percentile(&lat, 50.0),
-            "commit_ms_p99": bavl_workload::percentile(&lat, 99.0),
+            "commit_ms_p50": bavl_labkit::stats::percentile(&lat, 50.0),
+            "commit_ms_p99": bavl_labkit::stats::percentile(&lat, 99.0),
             "bytes_written_per_op": written as f64 / ops as f64,
             "disk_bytes": dir_bytes(&dir),
             "initial_load_s": load_s,

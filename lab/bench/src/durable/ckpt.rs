@@ -30,13 +30,14 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
+use bavl_labkit::stats::mean;
 use bavl_store::{Backend, CheckpointPace, CheckpointPolicy, DirBackend, Options, Store};
 use bavl_workload::{Mix, Op};
 use serde::Serialize;
 
 use super::timeline::{
-    block_class, latency_split, local_ratios, map_intervals, mean, throughput_split, windows,
-    BlockRec, Class, Interval, Split, Window,
+    block_class, latency_split, local_ratios, map_intervals, throughput_split, windows, BlockRec,
+    Class, Interval, Split, Window,
 };
 use super::util::{apply, copy_store, process_cpu_secs, remove_dir, round, thread_cpu_secs, OPS};
 use crate::workload::{wait_for_quiet, CpuMeter};

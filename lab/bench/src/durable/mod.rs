@@ -33,7 +33,7 @@ use serde::Serialize;
 use self::ckpt::{Kind, KindSummary, Run, Schedule};
 use self::phases::{Durable, Ram, Reopen, ReopenPhase};
 use self::util::{check_real_disk, remove_dir, round, RAW_BYTES_PER_KEY};
-use crate::machine::{self, Machine};
+use crate::machine::Machine;
 use crate::report::Target;
 use crate::workload::CpuMeter;
 
@@ -245,7 +245,7 @@ pub fn store(a: StoreArgs) -> Result<()> {
     let wall = Instant::now();
     let meter = CpuMeter::start();
     let mut machine = Machine::probe();
-    let date = machine::utc_now();
+    let date = machine.date.clone();
     let q = a.quick;
     let keys = a.keys.unwrap_or(if q { 100_000 } else { 1_000_000 });
     let big_keys = a.big_keys.unwrap_or(if q { 0 } else { 10_000_000 });
@@ -457,8 +457,8 @@ pub fn store(a: StoreArgs) -> Result<()> {
     };
     let targets = targets(&results);
     let met = targets.iter().map(|(k, t)| (*k, t.met())).collect();
-    machine.load_avg_end = machine::load_avg();
-    machine.others_busy_cores = round(meter.others_cores(), 2);
+    machine.finish();
+    machine.others_busy_cores = Some(round(meter.others_cores(), 2));
     let notes = notes(&durable, &reopen, &experiment, &machine);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let report = StoreReport {
@@ -612,10 +612,11 @@ fn notes(d: &Durable, r: &ReopenPhase, e: &Experiment, m: &Machine) -> Vec<Strin
          competes with it for CPU."
             .to_string(),
     ];
-    if m.others_busy_cores > 0.25 {
+    let others_busy_cores = m.others_busy_cores.unwrap_or(0.0);
+    if others_busy_cores > 0.25 {
         n.push(format!(
             "the machine was shared: other processes kept {:.2} cores busy on average (load {} -> {})",
-            m.others_busy_cores, m.load_avg_start, m.load_avg_end
+            others_busy_cores, m.load_avg_start, m.load_avg_end
         ));
     }
     n
@@ -650,7 +651,7 @@ fn write_outputs(out: &Path, report: &StoreReport) -> Result<()> {
         e.keys,
         m.cpu,
         m.nproc,
-        &m.git_commit[..m.git_commit.len().min(10)]
+        m.short_commit(10)
     );
     let series: Vec<crate::plot::Series> = e
         .runs

@@ -4,8 +4,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
+use bavl_labkit::stats::percentile;
 use bavl_store::{CheckpointPolicy, Options, Recovery, Store};
-use bavl_workload::percentile;
 use serde::Serialize;
 
 use super::ram::{self, RamSample};
@@ -150,7 +150,7 @@ pub fn durable(
     let store_s: f64 = lat.iter().sum::<f64>() / 1e3;
     let ckpt_bytes = after.checkpoint_bytes_written - before.checkpoint_bytes_written;
     let per = |b: f64| b / ops_total as f64;
-    let mean = super::timeline::mean;
+    let mean = bavl_labkit::stats::mean;
     let log_per_op = per(log_bytes as f64);
     let interval_log = (ratio * last_ckpt as f64).max(min_log as f64);
     let steady = log_per_op * (1.0 + last_ckpt as f64 / interval_log);

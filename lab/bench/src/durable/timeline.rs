@@ -2,6 +2,7 @@
 //! line, throughput in fixed windows, and the "during a checkpoint" / "outside"
 //! classification behind the ratios. No clocks here: times are seconds since a run began.
 
+use bavl_labkit::stats::{mean, percentile};
 use serde::Serialize;
 
 /// One committed block: when it started, when `commit()` was called (the end of applying
@@ -136,14 +137,6 @@ impl Split {
     }
 }
 
-pub fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
-}
-
 /// Values sorted into during and outside by their class (edges dropped).
 fn split_by<T>(items: &[T], f: impl Fn(&T) -> (Class, f64)) -> (Vec<f64>, Vec<f64>) {
     let (mut d, mut o) = (Vec::new(), Vec::new());
@@ -209,7 +202,7 @@ pub fn block_class(b: &BlockRec, intervals: &[Interval]) -> Class {
 /// checkpoints and outside them, and their ratio.
 pub fn latency_split(blocks: &[(BlockRec, Class)], p: f64) -> Split {
     let (d, o) = split_by(blocks, |(b, c)| (*c, b.latency() * 1e3));
-    Split::of(&d, &o, |v| if v.is_empty() { f64::NAN } else { bavl_workload::percentile(v, p) })
+    Split::of(&d, &o, |v| if v.is_empty() { f64::NAN } else { percentile(v, p) })
 }
 
 /// Carries intervals from one run's time line to another's that applied the same blocks:

@@ -186,19 +186,3 @@ pub fn sweep<S: AuthStructure>(
     };
     (r, s)
 }
-
-/// Mean and population standard deviation.
-pub fn mean_std(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len().max(1) as f64;
-    let m = xs.iter().sum::<f64>() / n;
-    (m, (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n).sqrt())
-}
-
-/// The q-quantile (nearest rank) of sorted values.
-pub fn quantile(sorted: &[u32], q: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[i]
-}

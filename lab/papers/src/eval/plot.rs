@@ -1,36 +1,24 @@
 //! The plots: insert/search time against tree size (Fig. 5), proof sizes against chunk size
 //! and their CDF (Fig. 6), space efficiency against chunk size and during insertion (Fig. 7).
 //!
-//! Text needs a TrueType font: plotters is built with `ab_glyph`, and the font file is read
-//! at run time from `BAVL_BENCH_FONT` or the usual DejaVu/Liberation paths. Without a font
-//! the plots are skipped with a warning; CSV, Markdown and JSON are unaffected.
+//! Text needs a TrueType font (`bavl_labkit::plot::ensure_font`). Without a font the plots
+//! are skipped with a warning; CSV, Markdown and JSON are unaffected.
 
-use std::path::Path;
-
-use anyhow::{anyhow, Result};
-use bavl_plotfont::FONT;
-use plotters::coord::Shift;
+use anyhow::Result;
+use bavl_labkit::plot::{self, legend, png, Area, DrawResult, Line, BLUE, FONT};
+use bavl_labkit::stats::{mean_std, percentile_sorted};
 use plotters::prelude::*;
 
-use super::measure::quantile;
 use super::report::ORDER;
 use super::{Options, Results};
 
-const COLORS: [RGBColor; 4] = [
-    RGBColor(120, 120, 120),
-    RGBColor(214, 120, 20),
-    RGBColor(40, 150, 60),
-    RGBColor(31, 102, 181),
-];
-
-fn e<E: std::fmt::Display>(err: E) -> anyhow::Error {
-    anyhow!("{err}")
-}
+/// The structures' colours, in `ORDER`: the baseline grey, AVL* orange, the Merkle B+tree
+/// green, bavl blue.
+const COLORS: [RGBColor; 4] =
+    [RGBColor(120, 120, 120), RGBColor(214, 120, 20), RGBColor(40, 150, 60), BLUE];
 
 /// `(x, y, y_lo, y_hi)`.
 type Point = (f64, f64, f64, f64);
-
-type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
 /// One panel of lines (one per structure) with optional error bars, log or linear axes.
 struct Lines {
@@ -67,7 +55,7 @@ fn label(v: f64, log: bool) -> String {
     }
 }
 
-fn draw_lines(area: &Area<'_>, p: &Lines) -> Result<()> {
+fn draw_lines(area: &Area<'_>, p: &Lines) -> DrawResult {
     let all: Vec<(f64, f64)> = p
         .series
         .iter()
@@ -82,8 +70,7 @@ fn draw_lines(area: &Area<'_>, p: &Lines) -> Result<()> {
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d((x0 - xp)..(x1 + xp), (y0 - yp)..(y1 + yp + (y1 - y0) * 0.35))
-        .map_err(e)?;
+        .build_cartesian_2d((x0 - xp)..(x1 + xp), (y0 - yp)..(y1 + yp + (y1 - y0) * 0.35))?;
     let (lx, ly) = (p.log_x, p.log_y);
     chart
         .configure_mesh()
@@ -94,46 +81,28 @@ fn draw_lines(area: &Area<'_>, p: &Lines) -> Result<()> {
         .label_style((FONT, 15))
         .axis_desc_style((FONT, 16))
         .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     for (i, pts) in &p.series {
         let c = COLORS[*i];
         let t: Vec<(f64, f64, f64, f64)> = pts
             .iter()
             .map(|&(x, y, lo, hi)| (tr(x, lx), tr(y, ly), tr(lo, ly), tr(hi, ly)))
             .collect();
-        chart
-            .draw_series(LineSeries::new(t.iter().map(|v| (v.0, v.1)), c.stroke_width(2)))
-            .map_err(e)?
-            .label(ORDER[*i])
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+        let line: Vec<(f64, f64)> = t.iter().map(|v| (v.0, v.1)).collect();
+        let dots = if p.points { 4 } else { 0 };
+        Line::new(ORDER[*i], c, 2).dots(dots).draw(&mut chart, &line)?;
         if p.points {
-            chart
-                .draw_series(t.iter().map(|v| Circle::new((v.0, v.1), 4, c.filled())))
-                .map_err(e)?;
-            chart
-                .draw_series(
-                    t.iter()
-                        .filter(|v| v.3 > v.2)
-                        .map(|v| ErrorBar::new_vertical(v.0, v.2, v.1, v.3, c.stroke_width(2), 8)),
-                )
-                .map_err(e)?;
+            chart.draw_series(
+                t.iter()
+                    .filter(|v| v.3 > v.2)
+                    .map(|v| ErrorBar::new_vertical(v.0, v.2, v.1, v.3, c.stroke_width(2), 8)),
+            )?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 15))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(e)?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperLeft, 15)
 }
 
-fn perf_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
-    let root = BitMapBackend::new(path, (1500, 620)).into_drawing_area();
-    root.fill(&WHITE).map_err(e)?;
+fn perf_png(root: &Area<'_>, o: &Options, r: &Results) -> DrawResult {
     let areas = root.split_evenly((1, 2));
     for (area, search) in areas.iter().zip([false, true]) {
         let series = (0..4)
@@ -148,7 +117,7 @@ fn perf_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
                             .filter(|p| p.structure == ORDER[i] && p.elements == n)
                             .map(|p| 1e3 * if search { p.search_s } else { p.insert_s })
                             .collect();
-                        let (m, sd) = super::measure::mean_std(&ts);
+                        let (m, sd) = mean_std(&ts);
                         (n as f64, m, (m - sd).max(m * 0.5), m + sd)
                     })
                     .collect();
@@ -171,12 +140,10 @@ fn perf_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
         };
         draw_lines(area, &p)?;
     }
-    root.present().map_err(e)
+    Ok(())
 }
 
-fn proof_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
-    let root = BitMapBackend::new(path, (1500, 620)).into_drawing_area();
-    root.fill(&WHITE).map_err(e)?;
+fn proof_png(root: &Area<'_>, o: &Options, r: &Results) -> DrawResult {
     let areas = root.split_evenly((1, 2));
     let series = (0..4)
         .map(|i| {
@@ -187,7 +154,7 @@ fn proof_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
                     let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == c);
                     let mut h = s.expect("measured").proof_hashes.clone();
                     h.sort_unstable();
-                    let q = |x| f64::from(quantile(&h, x));
+                    let q = |x: f64| f64::from(percentile_sorted(&h, 100.0 * x));
                     // Spread the structures a little along x so the bars do not overlap.
                     (c as f64 * 1.08f64.powi(i as i32 - 1), q(0.5), q(0.0), q(1.0))
                 })
@@ -235,12 +202,10 @@ fn proof_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
         points: false,
     };
     draw_lines(&areas[1], &p)?;
-    root.present().map_err(e)
+    Ok(())
 }
 
-fn space_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
-    let root = BitMapBackend::new(path, (1800, 620)).into_drawing_area();
-    root.fill(&WHITE).map_err(e)?;
+fn space_png(root: &Area<'_>, o: &Options, r: &Results) -> DrawResult {
     let areas = root.split_evenly((1, 3));
     let series = (0..4)
         .map(|i| {
@@ -286,13 +251,14 @@ fn space_png(path: &Path, o: &Options, r: &Results) -> Result<()> {
         };
         draw_lines(area, &p)?;
     }
-    root.present().map_err(e)
+    Ok(())
 }
 
 /// Draws `perf.png`, `proof-size.png` and `space.png` into the output directory.
 pub fn all(o: &Options, r: &Results) -> Result<()> {
-    bavl_plotfont::ensure_font().map_err(|e| anyhow!(e))?;
-    perf_png(&o.out_dir.join("perf.png"), o, r)?;
-    proof_png(&o.out_dir.join("proof-size.png"), o, r)?;
-    space_png(&o.out_dir.join("space.png"), o, r)
+    plot::ensure_font()?;
+    png(&o.out_dir.join("perf.png"), (1500, 620), |root| perf_png(root, o, r))?;
+    png(&o.out_dir.join("proof-size.png"), (1500, 620), |root| proof_png(root, o, r))?;
+    png(&o.out_dir.join("space.png"), (1800, 620), |root| space_png(root, o, r))?;
+    Ok(())
 }

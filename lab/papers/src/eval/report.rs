@@ -4,13 +4,12 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use bavl_labkit::stats::{mean_std, percentile_sorted};
+use bavl_labkit::Machine;
 use serde_json::json;
 
-use super::measure::{mean_std, quantile};
 use super::{Options, Results};
 use crate::{AuthStructure, AvlPlus, AvlStar, Bavl, MerkleBTree};
 
@@ -42,53 +41,6 @@ const PAPER_TABLE_II: [(&str, [f64; 5]); 3] = [
 const DISCUSSION: &str = "## Where our figures differ from the paper's, and why\n\n\
     See [`discussion.md`](discussion.md), written for the committed full run (if this \
     report comes from another run, check its figures against the ones quoted there).\n";
-
-#[derive(Serialize)]
-struct Machine {
-    cpu: String,
-    nproc: usize,
-    mem_total_gib: f64,
-    rustc: String,
-    git_commit: String,
-    git_dirty: bool,
-    load_avg_end: String,
-    date_utc: String,
-}
-
-fn run(cmd: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(cmd).args(args).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn machine() -> Machine {
-    let field = |file: &str, name: &str| {
-        fs::read_to_string(file).ok().and_then(|s| {
-            s.lines()
-                .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-    };
-    let mem_kib = field("/proc/meminfo", "MemTotal")
-        .and_then(|v| v.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()))
-        .unwrap_or(0.0);
-    Machine {
-        cpu: field("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into()),
-        // Cores of the machine (the run itself may be pinned to one).
-        nproc: fs::read_to_string("/proc/cpuinfo")
-            .map(|s| s.lines().filter(|l| l.starts_with("processor")).count())
-            .unwrap_or(0),
-        mem_total_gib: (mem_kib / 1048576.0 * 10.0).round() / 10.0,
-        rustc: run("rustc", &["--version"]).unwrap_or_else(|| "unknown".into()),
-        git_commit: run("git", &["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into()),
-        git_dirty: run("git", &["status", "--porcelain", "--untracked-files=no"])
-            .is_some_and(|s| !s.is_empty()),
-        load_avg_end: fs::read_to_string("/proc/loadavg")
-            .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-            .unwrap_or_default(),
-        date_utc: run("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]).unwrap_or_default(),
-    }
-}
 
 /// Mean time (insert, search) of `structure` at `n` elements.
 fn perf_mean(r: &Results, structure: &str, n: usize) -> (f64, f64, f64, f64) {
@@ -155,7 +107,7 @@ fn write_csvs(dir: &Path, r: &Results) -> Result<()> {
     for s in &r.sweeps {
         let mut h = s.proof_hashes.clone();
         h.sort_unstable();
-        let q = |x| quantile(&h, x);
+        let q = |x: f64| percentile_sorted(&h, 100.0 * x);
         let mb = s.proof_bytes.iter().map(|&b| f64::from(b)).sum::<f64>() / h.len().max(1) as f64;
         writeln!(
             proof,
@@ -221,9 +173,9 @@ fn markdown(o: &Options, r: &Results, t3: &[[f64; 4]], m: &Machine) -> Result<St
         m.nproc,
         m.mem_total_gib,
         m.rustc,
-        &m.git_commit[..m.git_commit.len().min(12)],
+        m.short_commit(12),
         if m.git_dirty { " (uncommitted changes)" } else { "" },
-        m.date_utc,
+        m.date,
         m.load_avg_end
     )?;
     writeln!(
@@ -290,7 +242,13 @@ fn markdown(o: &Options, r: &Results, t3: &[[f64; 4]], m: &Machine) -> Result<St
                 h.sort_unstable();
                 let mb = sw.proof_bytes.iter().map(|&b| f64::from(b)).sum::<f64>()
                     / h.len().max(1) as f64;
-                format!("{} [{}..{}] ({:.0} B)", quantile(&h, 0.5), h[0], h[h.len() - 1], mb)
+                format!(
+                    "{} [{}..{}] ({:.0} B)",
+                    percentile_sorted(&h, 50.0),
+                    h[0],
+                    h[h.len() - 1],
+                    mb
+                )
             })
             .collect();
         writeln!(s, "| {c} | {} |", cells.join(" | "))?;
@@ -341,7 +299,7 @@ fn fmt(v: f64) -> String {
 pub fn write(o: &Options, r: &Results) -> Result<()> {
     fs::create_dir_all(&o.out_dir).with_context(|| format!("{}", o.out_dir.display()))?;
     write_csvs(&o.out_dir, r)?;
-    let m = machine();
+    let m = Machine::at_end();
     let t3 = table_iii(o, r);
     fs::write(o.out_dir.join("README.md"), markdown(o, r, &t3, &m)?)?;
     let row = |v: &[f64; 4]| {
@@ -395,7 +353,7 @@ pub fn write(o: &Options, r: &Results) -> Result<()> {
             json!({"structure": s.structure, "chunk": s.chunk, "elements": s.elements,
                    "space_mean": s.space_mean, "space_std": s.space_std,
                    "space_final": s.space_final, "chunks": s.chunks_final,
-                   "proof_hashes_mean": mean_hashes(s), "proof_hashes_median": quantile(&h, 0.5),
+                   "proof_hashes_mean": mean_hashes(s), "proof_hashes_median": percentile_sorted(&h, 50.0),
                    "proof_hashes_min": h.first(), "proof_hashes_max": h.last(),
                    "proofs_verified": s.proofs_verified})
         }).collect::<Vec<_>>(),

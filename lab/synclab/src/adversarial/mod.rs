@@ -19,6 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use bavl_labkit::stats::median;
 use bavl_sync::http::Byzantine;
 use serde::Serialize;
 use serde_json::Value;
@@ -151,11 +152,12 @@ fn run_size(cfg: &Config, keys: u64) -> Result<(Honest, Vec<Case>)> {
         keys,
         chunks: info.chunk_count,
         median_s: median(&seconds),
-        median_peak_rss_bytes: median(&rss.iter().map(|&b| b as f64).collect::<Vec<_>>()) as u64,
+        median_peak_rss_bytes: median(&rss),
         seconds,
         peak_rss_bytes: rss,
     };
-    let mut cases = vec![case(cfg, &honest, "none", 0, &runs[runs.len() / 2])];
+    // The median run (nearest rank, as `median_s`: the lower middle one of an even count).
+    let mut cases = vec![case(cfg, &honest, "none", 0, &runs[(runs.len() - 1) / 2])];
     for &kind in &cfg.kinds {
         for &n in cfg.liars.iter().filter(|&&n| n > 0) {
             let (crowd, mut urls) = child::crowd(&cfg.exe, kind.name(), n, &export)?;
@@ -300,16 +302,6 @@ fn without_numbers(why: &str) -> String {
     out
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 fn mb(b: u64) -> f64 {
     b as f64 / 1e6
 }
@@ -322,7 +314,5 @@ mod tests {
     fn reasons_group_across_numbers() {
         assert_eq!(without_numbers("outrun: chunk 1234 came"), "outrun: chunk N came");
         assert_eq!(without_numbers("HTTP 404"), "HTTP N");
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
     }
 }

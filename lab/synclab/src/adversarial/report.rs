@@ -5,8 +5,10 @@
 use std::path::Path;
 
 use anyhow::Result;
+use bavl_labkit::machine::{self, Machine};
+use bavl_labkit::plot::color;
 use bavl_sync::http::Byzantine;
-use plotters::style::RGBColor;
+use plotters::style::BLACK;
 use serde_json::{json, Value};
 
 use super::{Case, Config, Honest, BUDGET, CAPACITY};
@@ -24,11 +26,11 @@ pub fn document(cfg: &Config, honest: &[Honest], cases: &[Case], quick: bool) ->
         "what": "issue 15: one honest `bavl serve` beside 0, 12 or 48 sources of each adversarial kind (docs/sync-adversarial.md), synced by the real `bavl sync` on loopback; sync time over the all-honest time, the client's peak RSS, each liar's final health",
         "command": cfg.command,
         "quick": quick,
-        "machine": crate::meta::machine(),
+        "machine": Machine::at_end(),
         "git_commit": cfg.provenance["git_commit"],
         "at_start": cfg.provenance,
         "date": cfg.provenance["date"],
-        "date_end": crate::meta::date(),
+        "date_end": machine::utc_now(),
         "grace_s": cfg.grace,
         "honest_source_listed": if cfg.honest_first { "first" } else { "last" },
         "timeout_s": cfg.timeout.as_secs_f64(),
@@ -53,10 +55,10 @@ pub fn document(cfg: &Config, honest: &[Honest], cases: &[Case], quick: bool) ->
 pub fn provenance(note: Option<&str>) -> Value {
     json!({
         "note": note,
-        "git_commit": crate::meta::git_commit(),
+        "git_commit": machine::git_commit(),
         "uncommitted_changes_in_crates": uncommitted(),
-        "date": crate::meta::date(),
-        "load_avg": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "date": machine::utc_now(),
+        "load_avg": machine::load_avg(),
     })
 }
 
@@ -100,17 +102,6 @@ pub fn csv(cases: &[Case]) -> String {
 
 /// One PNG per size in `dir`: `ratio-<keys>.png`.
 pub fn plots(dir: &Path, honest: &[Honest], cases: &[Case], grace: f64) -> Result<()> {
-    let colors = [
-        RGBColor(31, 102, 181),
-        RGBColor(214, 110, 20),
-        RGBColor(44, 160, 44),
-        RGBColor(200, 40, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(227, 119, 194),
-        RGBColor(110, 110, 110),
-        RGBColor(23, 190, 207),
-    ];
     for h in honest {
         let of = |c: &&Case| c.keys == h.keys;
         let mut kinds: Vec<&str> = cases.iter().filter(of).map(|c| c.kind.as_str()).collect();
@@ -123,15 +114,14 @@ pub fn plots(dir: &Path, honest: &[Honest], cases: &[Case], grace: f64) -> Resul
                 let mut points = vec![(0.0, 1.0)];
                 let mine = cases.iter().filter(of).filter(|c| c.kind == kind);
                 points.extend(mine.map(|c| (c.liars as f64, c.ratio)));
-                let color = colors[j % colors.len()];
-                Series { label: kind.to_string(), color, dashed: false, points }
+                Series { label: kind.to_string(), color: color(j), dashed: false, points }
             })
             .collect();
         let max_liars = cases.iter().filter(of).map(|c| c.liars).max().unwrap_or(0) as f64;
         let bound = (3.0 * h.median_s + grace) / h.median_s;
         series.push(Series {
             label: format!("bound: 3 x honest + grace ({bound:.1}x)"),
-            color: RGBColor(0, 0, 0),
+            color: BLACK,
             dashed: true,
             points: vec![(0.0, bound), (max_liars, bound)],
         });

@@ -1,0 +1,18 @@
+//! The lab's report kit: what every benchmark of `lab/` writes beside its figures.
+//!
+//! - [`machine`]: one [`Machine`] block (CPU, cores, memory, kernel, toolchain, commit and
+//!   dirty flag, date, command line, load), the same in every result file.
+//! - [`stats`]: percentiles and medians under one rule (nearest rank), mean and standard
+//!   deviation.
+//! - [`plot`]: the font registered once, PNG files, legends, category bar panels and the
+//!   palette the figures share.
+//!
+//! Nothing here measures the store; a caller that cannot find a font skips its plots
+//! (see [`plot::ensure_font`]).
+#![forbid(unsafe_code)]
+
+pub mod machine;
+pub mod plot;
+pub mod stats;
+
+pub use machine::Machine;
