@@ -103,6 +103,10 @@ enum Command {
     /// reset-truncate). Prints `serving http://ADDR` on stdout once listening.
     #[command(after_help = SERVE_LIAR_EXAMPLES)]
     ServeLiar(LiarArgs),
+    /// `bavl serve` itself (the same code, linked into this binary): the demo's honest
+    /// peers, so that `bavl-harness demo` needs no other binary built first.
+    #[command(hide = true)]
+    Serve(bavl_cli::serve::ServeArgs),
 }
 
 const DEMO_EXAMPLES: &str = "Examples:
@@ -111,7 +115,8 @@ const DEMO_EXAMPLES: &str = "Examples:
   bavl-harness demo --peers 13 --liars 12 --lies wrong-bytes,endless,garbage,redirect-loop,lying-manifest
   bavl-harness demo --peers 4 --liars 4       every peer lies: the sync fails (exit 1)
 
-The honest peers run `bavl serve` of the `bavl` beside this binary (--bavl PATH otherwise).";
+The honest peers run `bavl serve`: its code linked into this binary, or the shipped binary given
+with --bavl PATH (e.g. target/release/bavl after `cargo build --release -p bavl-cli`).";
 
 const VECTORS_EXAMPLES: &str = "Examples:
   bavl-harness vectors                        write docs/vectors/core.json
@@ -157,6 +162,7 @@ fn main() -> ExitCode {
         Command::Loadtest(args) => loadtest::run(&args),
         Command::Vectors(args) => vectors::run(&args.out, args.check),
         Command::ServeLiar(args) => serve_liar(&args),
+        Command::Serve(args) => bavl_cli::serve::serve(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,8 +1,9 @@
-//! `bavl-harness demo`: state sync for real, on loopback (issue 4 §6).
+//! `bavl-harness demo`: state sync for real, on loopback.
 //!
 //! Builds a state of pseudo-random keys and values and a later version of it, exports both
 //! as a `bavl export` directory, starts `--peers` processes serving it on loopback ports —
-//! `bavl serve --dir` of the shipped `bavl` for the honest ones, `bavl-harness serve-liar
+//! `bavl serve --dir` for the honest ones (its code linked into this binary, or a `bavl`
+//! given with `--bavl`), `bavl-harness serve-liar
 //! --byzantine KIND --dir` of this binary for the `--liars` — and syncs a
 //! fresh node from all of them over HTTP with the real client
 //! ([`bavl_sync::http::download`]: per-source adaptive windows, verification on worker
@@ -77,34 +78,21 @@ pub struct DemoArgs {
     /// Also write the report as JSON to PATH.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
-    /// The `bavl` binary whose `bavl serve` the honest peers run (default: `bavl` beside
-    /// this binary; `cargo build --release -p bavl-cli` puts it there).
+    /// A `bavl` binary whose `bavl serve` the honest peers run (default: the same code,
+    /// linked into this binary, as `bavl-harness serve`).
     #[arg(long, value_name = "PATH")]
     bavl: Option<PathBuf>,
 }
 
-/// The `bavl` binary the honest peers run: `--bavl`, or `bavl` beside this binary.
-fn bavl_binary(given: Option<&Path>) -> Result<PathBuf> {
+/// The program and first argument of an honest peer: `PATH serve` for `--bavl PATH`, or
+/// this binary's own `serve` (the `bavl serve` code of the `bavl_cli` library).
+fn honest_server(given: Option<&Path>) -> Result<PathBuf> {
     let path = match given {
         Some(p) => p.to_path_buf(),
-        None => beside_this_binary("bavl")?,
+        None => std::env::current_exe().context("locating this binary")?,
     };
-    ensure!(
-        path.is_file(),
-        "the honest peers run `bavl serve`, and {} is not there: build it first \
-         (`cargo build --release -p bavl-cli`, or the profile this binary was built with) \
-         or give --bavl PATH",
-        path.display()
-    );
+    ensure!(path.is_file(), "--bavl {}: no such file", path.display());
     Ok(path)
-}
-
-/// `name` in the directory of the running binary (where cargo puts every binary of the
-/// workspace it builds with the same profile).
-fn beside_this_binary(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating this binary")?;
-    let dir = exe.parent().context("the directory of this binary")?;
-    Ok(dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX)))
 }
 
 /// Runs the demo; the exit code is non-zero if the sync failed or the roots differ.
@@ -117,7 +105,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         .context("--grace must be a positive number of seconds")?;
     let start = Instant::now();
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let bavl = bavl_binary(args.bavl.as_deref())?;
+    let bavl = honest_server(args.bavl.as_deref())?;
     let work = WorkDir::new(args.dir.as_deref())?;
     let (root, mut report) = source(args, &mut rng, &work.path)?;
     let kinds = peers::assign(args.peers.into(), args.liars.into(), &args.lies, &mut rng);

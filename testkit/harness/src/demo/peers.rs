@@ -1,6 +1,6 @@
 //! The demo's peers on loopback ports, each serving the demo's `bavl export` directory:
-//! the honest ones are `bavl serve --dir` processes of the shipped `bavl` (found beside
-//! this binary, or given with `--bavl`), the liars `bavl-harness serve-liar --byzantine
+//! the honest ones are `bavl serve --dir` processes (this binary's `serve`, the same code
+//! as `bavl serve`, or a `bavl` given with `--bavl`), the liars `bavl-harness serve-liar --byzantine
 //! KIND --dir` processes of this binary (the lying server is the `liars` feature of
 //! bavl-sync, which `bavl` never enables).
 //!
@@ -51,8 +51,8 @@ pub fn assign(
 }
 
 impl Peers {
-    /// Starts one process serving `dir` per entry of `kinds` (`bavl serve` from `bavl`
-    /// for an honest peer, `bavl-harness serve-liar` for a liar) and waits until each
+    /// Starts one process serving `dir` per entry of `kinds` (`serve` of `bavl` — this
+    /// binary or the shipped one — for an honest peer, `bavl-harness serve-liar` for a liar) and waits until each
     /// listens. On error, those already started are stopped.
     pub fn start(dir: &Path, kinds: &[Option<Byzantine>], bavl: &Path) -> Result<Peers> {
         let harness = std::env::current_exe().context("locating the bavl-harness binary")?;
