@@ -152,7 +152,7 @@ fn generate() -> Result<String> {
         description: "Known-answer vectors of the bavl B+AVL tree: roots, proofs and chunks. See docs/design.md.",
         format_version: FORMAT_VERSION,
         hash: Sha256::NAME,
-        generator: "bavl vectors (crates/cli); regenerate with `cargo run --release -p bavl-cli -- vectors`",
+        generator: "bavl-harness vectors (testkit/harness); regenerate with `cargo run --release -p bavl-harness -- vectors`",
         conventions: CONVENTIONS.to_vec(),
         trees,
     };
