@@ -82,67 +82,18 @@ pub(crate) fn delete_obsolete(
 
 #[cfg(test)]
 mod tests {
-    use std::io::{self, Read};
-    use std::sync::Mutex;
-
     use super::*;
-    use crate::backend::{MemBackend, WriteFile};
+    use crate::memory::Recorder;
     use crate::pace::{Activity, CheckpointPace};
-
-    /// A [`MemBackend`] that records the operations that change files.
-    struct Recorder(MemBackend, Mutex<Vec<String>>);
-
-    impl Recorder {
-        fn log(&self, op: String) {
-            self.1.lock().unwrap().push(op);
-        }
-    }
-
-    impl Backend for Recorder {
-        fn list(&self) -> io::Result<Vec<String>> {
-            self.0.list()
-        }
-        fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>> {
-            self.0.open_read(name)
-        }
-        fn file_len(&self, name: &str) -> io::Result<u64> {
-            self.0.file_len(name)
-        }
-        fn create(&self, name: &str) -> io::Result<Box<dyn WriteFile>> {
-            self.0.create(name)
-        }
-        fn open_append(&self, name: &str, len: u64) -> io::Result<Box<dyn WriteFile>> {
-            self.0.open_append(name, len)
-        }
-        fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-            self.log(format!("rename {from}"));
-            self.0.rename(from, to)
-        }
-        fn remove(&self, name: &str) -> io::Result<()> {
-            self.log(format!("remove {name}"));
-            self.0.remove(name)
-        }
-        fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
-            self.log(format!("shrink {name} {}", len >> 20));
-            self.0.shrink(name, len)
-        }
-        fn sync_dir(&self) -> io::Result<()> {
-            self.log("sync".into());
-            self.0.sync_dir()
-        }
-        fn describe(&self) -> String {
-            self.0.describe()
-        }
-    }
 
     #[test]
     fn obsolete_files_are_hidden_first_then_shrunk_step_by_step() {
-        let b = Recorder(MemBackend::new(), Mutex::new(Vec::new()));
+        let b = Recorder::new();
         let (old, new) = (checkpoint_name(1), checkpoint_name(9));
-        b.0.put(&old, vec![0; 20 << 20]);
-        b.0.put(&new, vec![0; 10]);
+        b.files.put(&old, vec![0; 20 << 20]);
+        b.files.put(&new, vec![0; 10]);
         for first in [2, 6, 10] {
-            b.0.put(&wal_name(first), vec![0; 10]);
+            b.files.put(&wal_name(first), vec![0; 10]);
         }
         let activity = Activity::new();
         let pacer = Pacer::new(activity, CheckpointPace::default(), 1000);
@@ -152,12 +103,12 @@ mod tests {
         left.sort();
         assert_eq!(left, [new, wal_name(10)]);
         let hidden = |n: &str| format!("{n}{TMP_SUFFIX}");
-        let ops = b.1.lock().unwrap().clone();
+        let ops = b.ops();
         let want = [
-            format!("rename {old}"),
-            format!("rename {}", wal_name(2)),
-            format!("rename {}", wal_name(6)),
-            "sync".into(),
+            format!("rename {old} {}", hidden(&old)),
+            format!("rename {} {}", wal_name(2), hidden(&wal_name(2))),
+            format!("rename {} {}", wal_name(6), hidden(&wal_name(6))),
+            "sync_dir".into(),
             format!("shrink {} 12", hidden(&old)),
             format!("shrink {} 4", hidden(&old)),
             format!("remove {}", hidden(&old)),

@@ -112,3 +112,89 @@ impl Backend for MemBackend {
         "memory".into()
     }
 }
+
+/// A [`MemBackend`] that records, in order, every operation that changes a file (for the
+/// unit tests that check an order of writes, syncs, renames and removals). Entries:
+/// `create NAME`, `append NAME`, `write`, `sync`, `rename FROM TO`, `remove NAME`,
+/// `shrink NAME MIB`, `sync_dir`.
+#[cfg(test)]
+pub(crate) struct Recorder {
+    pub files: MemBackend,
+    pub ops: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[cfg(test)]
+impl Recorder {
+    pub fn new() -> Self {
+        Recorder { files: MemBackend::new(), ops: Arc::default() }
+    }
+    /// The operations recorded so far.
+    pub fn ops(&self) -> Vec<String> {
+        self.ops.lock().unwrap().clone()
+    }
+    fn log(&self, op: String) {
+        self.ops.lock().unwrap().push(op);
+    }
+}
+
+#[cfg(test)]
+struct RecordedFile(Box<dyn WriteFile>, Arc<std::sync::Mutex<Vec<String>>>);
+
+#[cfg(test)]
+impl Write for RecordedFile {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.1.lock().unwrap().push("write".into());
+        self.0.write(b)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+impl WriteFile for RecordedFile {
+    fn sync(&mut self) -> io::Result<()> {
+        self.1.lock().unwrap().push("sync".into());
+        self.0.sync()
+    }
+}
+
+#[cfg(test)]
+impl Backend for Recorder {
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.files.list()
+    }
+    fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>> {
+        self.files.open_read(name)
+    }
+    fn file_len(&self, name: &str) -> io::Result<u64> {
+        self.files.file_len(name)
+    }
+    fn create(&self, name: &str) -> io::Result<Box<dyn WriteFile>> {
+        self.log(format!("create {name}"));
+        Ok(Box::new(RecordedFile(self.files.create(name)?, self.ops.clone())))
+    }
+    fn open_append(&self, name: &str, len: u64) -> io::Result<Box<dyn WriteFile>> {
+        self.log(format!("append {name}"));
+        Ok(Box::new(RecordedFile(self.files.open_append(name, len)?, self.ops.clone())))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.log(format!("rename {from} {to}"));
+        self.files.rename(from, to)
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.log(format!("remove {name}"));
+        self.files.remove(name)
+    }
+    fn shrink(&self, name: &str, len: u64) -> io::Result<()> {
+        self.log(format!("shrink {name} {}", len >> 20));
+        self.files.shrink(name, len)
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        self.log("sync_dir".into());
+        self.files.sync_dir()
+    }
+    fn describe(&self) -> String {
+        self.files.describe()
+    }
+}

@@ -242,78 +242,20 @@ pub fn read_head(backend: &dyn Backend, names: &[String]) -> Result<Option<u64>,
 
 #[cfg(test)]
 mod tests {
-    use std::io::{self, Read, Write};
-    use std::sync::{Arc, Mutex};
+    use std::io::{self, Read};
 
     use super::*;
-    use crate::backend::WriteFile;
-    use crate::memory::MemBackend;
-
-    /// Records every mutating operation, in order, over a [`MemBackend`].
-    struct Recorder(MemBackend, Arc<Mutex<Vec<String>>>);
-    struct RecFile(Box<dyn WriteFile>, Arc<Mutex<Vec<String>>>);
-
-    impl Write for RecFile {
-        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            self.1.lock().unwrap().push("write".into());
-            self.0.write(b)
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            self.0.flush()
-        }
-    }
-    impl WriteFile for RecFile {
-        fn sync(&mut self) -> io::Result<()> {
-            self.1.lock().unwrap().push("sync".into());
-            self.0.sync()
-        }
-    }
-    impl Backend for Recorder {
-        fn list(&self) -> io::Result<Vec<String>> {
-            self.0.list()
-        }
-        fn open_read(&self, name: &str) -> io::Result<Box<dyn Read + Send>> {
-            self.0.open_read(name)
-        }
-        fn file_len(&self, name: &str) -> io::Result<u64> {
-            self.0.file_len(name)
-        }
-        fn create(&self, name: &str) -> io::Result<Box<dyn WriteFile>> {
-            self.1.lock().unwrap().push(format!("create {name}"));
-            Ok(Box::new(RecFile(self.0.create(name)?, self.1.clone())))
-        }
-        fn open_append(&self, name: &str, len: u64) -> io::Result<Box<dyn WriteFile>> {
-            self.1.lock().unwrap().push(format!("append {name}"));
-            self.0.open_append(name, len)
-        }
-        fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-            self.1.lock().unwrap().push(format!("rename {from} {to}"));
-            self.0.rename(from, to)
-        }
-        fn remove(&self, name: &str) -> io::Result<()> {
-            self.1.lock().unwrap().push(format!("remove {name}"));
-            self.0.remove(name)
-        }
-        fn sync_dir(&self) -> io::Result<()> {
-            self.1.lock().unwrap().push("sync_dir".into());
-            self.0.sync_dir()
-        }
-        fn describe(&self) -> String {
-            self.0.describe()
-        }
-    }
+    use crate::memory::Recorder;
 
     /// The durability argument, step by step: the new bytes are synced before the rename
     /// makes them visible, and the directory is synced after it so the rename survives
     /// power loss. Dropping or reordering any step fails this test.
     #[test]
     fn an_atomic_write_syncs_the_file_then_renames_then_syncs_the_directory() {
-        let ops = Arc::new(Mutex::new(Vec::new()));
-        let b = Recorder(MemBackend::new(), ops.clone());
+        let b = Recorder::new();
         write_atomic(&b, "HEAD", b"new bytes").unwrap();
-        let ops = ops.lock().unwrap().clone();
         assert_eq!(
-            ops,
+            b.ops(),
             ["create HEAD.tmp", "write", "sync", "rename HEAD.tmp HEAD", "sync_dir"],
             "the steps of an atomic write"
         );
@@ -321,7 +263,6 @@ mod tests {
         b.open_read("HEAD").unwrap().read_to_end(&mut got).unwrap();
         assert_eq!(got, b"new bytes");
     }
-
     #[test]
     fn write_file_atomic_replaces_a_file_and_leaves_no_temporary() {
         let dir = std::env::temp_dir().join(format!("bavl-atomic-{}", std::process::id()));
