@@ -114,19 +114,7 @@ pub struct Report {
 }
 
 fn fmt_num(x: f64) -> String {
-    if !x.is_finite() {
-        return "-".into();
-    }
-    let a = x.abs();
-    if a >= 1e6 {
-        format!("{:.2}M", x / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.1}k", x / 1e3)
-    } else if a >= 100.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.3}")
-    }
+    bavl_labkit::plot::short(x, bavl_labkit::plot::TABLE)
 }
 
 /// The summary table: every figure at the default capacity, then the sweep.

@@ -196,35 +196,49 @@ impl Line {
     }
 }
 
-/// 1.23M, 45k, 512, 3.5: a value short enough for a bar label or an axis tick; `-` for
-/// what is not a number.
-pub fn human(v: f64) -> String {
+/// How [`short`] writes a number: the decimals of millions (`1.23M`), of thousands
+/// (`45k`, from `k_from` up), of plain numbers (from `plain_from` up) and of smaller ones.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Digits {
+    pub m: usize,
+    pub k_from: f64,
+    pub k: usize,
+    pub plain_from: f64,
+    pub plain: usize,
+    pub small: usize,
+}
+
+/// Bar labels: 1.23M, 45k, 512, 3.5.
+pub const LABEL: Digits = Digits { m: 2, k_from: 1e4, k: 0, plain_from: 100.0, plain: 0, small: 1 };
+/// Axis ticks, which can be close: 1.5M, 5k, 50, 1.10.
+pub const TICK: Digits = Digits { m: 1, k_from: 1e3, k: 0, plain_from: 10.0, plain: 0, small: 2 };
+/// Summary tables: 1.23M, 45.3k, 512, 0.873.
+pub const TABLE: Digits = Digits { m: 2, k_from: 1e4, k: 1, plain_from: 100.0, plain: 0, small: 3 };
+
+/// `v` with an SI suffix as `d` says; `-` for what is not a number.
+pub fn short(v: f64, d: Digits) -> String {
     let a = v.abs();
     if !v.is_finite() {
         "-".into()
     } else if a >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 {
-        format!("{v:.0}")
+        format!("{:.*}M", d.m, v / 1e6)
+    } else if a >= d.k_from {
+        format!("{:.*}k", d.k, v / 1e3)
+    } else if a >= d.plain_from {
+        format!("{v:.*}", d.plain)
     } else {
-        format!("{v:.1}")
+        format!("{v:.*}", d.small)
     }
 }
 
-/// 1.5M, 45k, 512, 0.25: an axis tick (two decimals below 10, where ticks are close).
+/// [`short`] for a bar label: 1.23M, 45k, 512, 3.5.
+pub fn human(v: f64) -> String {
+    short(v, LABEL)
+}
+
+/// [`short`] for an axis tick: 1.5M, 5k, 50, 1.10.
 pub fn tick(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e6 {
-        format!("{:.1}M", v / 1e6)
-    } else if a >= 1e3 {
-        format!("{:.0}k", v / 1e3)
-    } else if a >= 10.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
-    }
+    short(v, TICK)
 }
 
 /// The x range of `n` categories at 0, 1, ..., n - 1.
@@ -364,6 +378,9 @@ mod tests {
         assert_eq!(tick(1_500_000.0), "1.5M");
         assert_eq!(tick(5_000.0), "5k");
         assert_eq!(tick(1.1), "1.10");
+        assert_eq!(short(45_321.0, TABLE), "45.3k");
+        assert_eq!(short(0.8734, TABLE), "0.873");
+        assert_eq!(short(f64::INFINITY, TABLE), "-");
     }
 
     #[test]

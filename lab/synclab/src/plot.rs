@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use bavl_labkit::plot::{legend, png, Line, BLUE, FONT, ORANGE};
+use bavl_labkit::plot::{legend, png, short, Digits, Line, BLUE, FONT, ORANGE, TICK};
 use bavl_labkit::stats::median;
 use plotters::prelude::*;
 
@@ -107,13 +107,7 @@ pub fn draw_y(
                     return String::new();
                 }
                 let x = if log_x { 10f64.powf(*v) } else { *v };
-                if x >= 1e6 {
-                    format!("{:.1}M", x / 1e6)
-                } else if x >= 1e3 {
-                    format!("{:.0}k", x / 1e3)
-                } else {
-                    format!("{x:.0}")
-                }
+                short(x, Digits { plain_from: 0.0, ..TICK })
             })
             .label_style((FONT, 16))
             .draw()?;

@@ -5,10 +5,11 @@
 //! are skipped with a warning; CSV, Markdown and JSON are unaffected.
 
 use anyhow::Result;
-use bavl_labkit::plot::{self, legend, png, Area, DrawResult, Line, BLUE, FONT};
+use bavl_labkit::plot::{self, legend, png, short, Area, Digits, DrawResult, Line, BLUE, FONT};
 use bavl_labkit::stats::{mean_std, percentile_sorted};
 use plotters::prelude::*;
 
+use super::measure::{PerfSample, SweepResult};
 use super::report::ORDER;
 use super::{Options, Results};
 
@@ -40,19 +41,11 @@ fn tr(v: f64, log: bool) -> f64 {
     }
 }
 
+/// A tick: two decimals from 0.1 up to 10, three below, none above.
 fn label(v: f64, log: bool) -> String {
     let v = if log { 10f64.powf(v) } else { v };
-    if v >= 1e6 {
-        format!("{:.0}M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.0}K", v / 1e3)
-    } else if v >= 10.0 {
-        format!("{v:.0}")
-    } else if v >= 0.1 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
+    let small = if v >= 0.1 { 2 } else { 3 };
+    short(v, Digits { m: 0, k_from: 1e3, k: 0, plain_from: 10.0, plain: 0, small })
 }
 
 fn draw_lines(area: &Area<'_>, p: &Lines) -> DrawResult {
@@ -102,82 +95,77 @@ fn draw_lines(area: &Area<'_>, p: &Lines) -> DrawResult {
     legend(&mut chart, SeriesLabelPosition::UpperLeft, 15)
 }
 
+impl Lines {
+    /// A panel titled `title`, axes described and logarithmic as given, `dots` with error
+    /// bars at the points or bare lines.
+    fn new(
+        title: impl Into<String>,
+        (x_desc, y_desc): (&'static str, &'static str),
+        (log_x, log_y): (bool, bool),
+        points: bool,
+        series: Vec<(usize, Vec<Point>)>,
+    ) -> Lines {
+        Lines { title: title.into(), x_desc, y_desc, log_x, log_y, series, points }
+    }
+}
+
+/// The sweep of structure `ORDER[i]` at chunk size `chunk`.
+fn sweep(r: &Results, i: usize, chunk: usize) -> &SweepResult {
+    r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == chunk).expect("measured")
+}
+
+/// One series per structure of `structures`, a point per chunk size.
+fn per_chunk(
+    o: &Options,
+    structures: impl Iterator<Item = usize>,
+    point: impl Fn(usize, usize) -> Point,
+) -> Vec<(usize, Vec<Point>)> {
+    structures.map(|i| (i, o.chunks.iter().map(|&c| point(i, c)).collect())).collect()
+}
+
 fn perf_png(root: &Area<'_>, o: &Options, r: &Results) -> DrawResult {
     let areas = root.split_evenly((1, 2));
     for (area, search) in areas.iter().zip([false, true]) {
-        let series = (0..4)
-            .map(|i| {
-                let pts = o
-                    .sizes
-                    .iter()
-                    .map(|&n| {
-                        let ts: Vec<f64> = r
-                            .perf
-                            .iter()
-                            .filter(|p| p.structure == ORDER[i] && p.elements == n)
-                            .map(|p| 1e3 * if search { p.search_s } else { p.insert_s })
-                            .collect();
-                        let (m, sd) = mean_std(&ts);
-                        (n as f64, m, (m - sd).max(m * 0.5), m + sd)
-                    })
-                    .collect();
-                (i, pts)
-            })
-            .collect();
+        let time = |i: usize, n: usize| {
+            let of = |p: &&PerfSample| p.structure == ORDER[i] && p.elements == n;
+            let ts: Vec<f64> = r
+                .perf
+                .iter()
+                .filter(of)
+                .map(|p| 1e3 * if search { p.search_s } else { p.insert_s })
+                .collect();
+            let (m, sd) = mean_std(&ts);
+            (n as f64, m, (m - sd).max(m * 0.5), m + sd)
+        };
+        let series = (0..4).map(|i| (i, o.sizes.iter().map(|&n| time(i, n)).collect())).collect();
         let title = if search {
             format!("search 10% of the elements (chunk {})", o.perf_chunk)
         } else {
             format!("insert all elements, root every {} (chunk {})", o.commit_every, o.perf_chunk)
         };
-        let p = Lines {
-            title,
-            x_desc: "elements (log)",
-            y_desc: "milliseconds (log)",
-            log_x: true,
-            log_y: true,
-            series,
-            points: true,
-        };
-        draw_lines(area, &p)?;
+        let axes = ("elements (log)", "milliseconds (log)");
+        draw_lines(area, &Lines::new(title, axes, (true, true), true, series))?;
     }
     Ok(())
 }
 
 fn proof_png(root: &Area<'_>, o: &Options, r: &Results) -> DrawResult {
     let areas = root.split_evenly((1, 2));
-    let series = (0..4)
-        .map(|i| {
-            let pts = o
-                .chunks
-                .iter()
-                .map(|&c| {
-                    let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == c);
-                    let mut h = s.expect("measured").proof_hashes.clone();
-                    h.sort_unstable();
-                    let q = |x: f64| f64::from(percentile_sorted(&h, 100.0 * x));
-                    // Spread the structures a little along x so the bars do not overlap.
-                    (c as f64 * 1.08f64.powi(i as i32 - 1), q(0.5), q(0.0), q(1.0))
-                })
-                .collect();
-            (i, pts)
-        })
-        .collect();
-    let p = Lines {
-        title: format!("hashes per proof, {} elements: median, min..max", o.sweep_elements),
-        x_desc: "chunk size (log)",
-        y_desc: "hashes (log)",
-        log_x: true,
-        log_y: true,
-        series,
-        points: true,
-    };
-    draw_lines(&areas[0], &p)?;
+    let series = per_chunk(o, 0..4, |i, c| {
+        let mut h = sweep(r, i, c).proof_hashes.clone();
+        h.sort_unstable();
+        let q = |x: f64| f64::from(percentile_sorted(&h, 100.0 * x));
+        // Spread the structures a little along x so the bars do not overlap.
+        (c as f64 * 1.08f64.powi(i as i32 - 1), q(0.5), q(0.0), q(1.0))
+    });
+    let title = format!("hashes per proof, {} elements: median, min..max", o.sweep_elements);
+    let axes = ("chunk size (log)", "hashes (log)");
+    draw_lines(&areas[0], &Lines::new(title, axes, (true, true), true, series))?;
     let cdf_chunk = if o.chunks.contains(&1024) { 1024 } else { o.chunks[o.chunks.len() / 2] };
     let series = [0, 1, 3]
         .iter()
         .map(|&i| {
-            let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == cdf_chunk);
-            let mut h = s.expect("measured").proof_hashes.clone();
+            let mut h = sweep(r, i, cdf_chunk).proof_hashes.clone();
             h.sort_unstable();
             let n = h.len() as f64;
             let mut pts = Vec::new();
@@ -192,64 +180,28 @@ fn proof_png(root: &Area<'_>, o: &Options, r: &Results) -> DrawResult {
             (i, pts)
         })
         .collect();
-    let p = Lines {
-        title: format!("CDF of hashes per proof, chunk {cdf_chunk}"),
-        x_desc: "hashes",
-        y_desc: "fraction of proofs",
-        log_x: false,
-        log_y: false,
-        series,
-        points: false,
-    };
-    draw_lines(&areas[1], &p)?;
-    Ok(())
+    let title = format!("CDF of hashes per proof, chunk {cdf_chunk}");
+    let axes = ("hashes", "fraction of proofs");
+    draw_lines(&areas[1], &Lines::new(title, axes, (false, false), false, series))
 }
 
 fn space_png(root: &Area<'_>, o: &Options, r: &Results) -> DrawResult {
     let areas = root.split_evenly((1, 3));
-    let series = (0..4)
-        .map(|i| {
-            let pts = o
-                .chunks
-                .iter()
-                .map(|&c| {
-                    let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == c);
-                    let s = s.expect("measured");
-                    (c as f64, s.space_mean, s.space_mean - s.space_std, s.space_mean + s.space_std)
-                })
-                .collect();
-            (i, pts)
-        })
-        .collect();
-    let p = Lines {
-        title: "mean space efficiency during insertion (± std)".into(),
-        x_desc: "chunk size (log)",
-        y_desc: "chunks / minimum",
-        log_x: true,
-        log_y: false,
-        series,
-        points: true,
-    };
-    draw_lines(&areas[0], &p)?;
-    for (area, &c) in areas[1..].iter().zip([o.chunks[0], *o.chunks.last().expect("chunks")].iter())
-    {
+    let series = per_chunk(o, 0..4, |i, c| {
+        let s = sweep(r, i, c);
+        (c as f64, s.space_mean, s.space_mean - s.space_std, s.space_mean + s.space_std)
+    });
+    let title = "mean space efficiency during insertion (± std)";
+    let axes = ("chunk size (log)", "chunks / minimum");
+    draw_lines(&areas[0], &Lines::new(title, axes, (true, false), true, series))?;
+    let ends = [o.chunks[0], *o.chunks.last().expect("chunks")];
+    for (area, c) in areas[1..].iter().zip(ends) {
         let series = (1..4)
-            .map(|i| {
-                let s = r.sweeps.iter().find(|s| s.structure == ORDER[i] && s.chunk == c);
-                let pts = s.expect("measured").series.iter().map(|&(n, v)| (n as f64, v, v, v));
-                (i, pts.collect())
-            })
+            .map(|i| (i, sweep(r, i, c).series.iter().map(|&(n, v)| (n as f64, v, v, v)).collect()))
             .collect();
-        let p = Lines {
-            title: format!("space efficiency during insertion, chunk {c}"),
-            x_desc: "elements inserted",
-            y_desc: "chunks / minimum",
-            log_x: false,
-            log_y: false,
-            series,
-            points: false,
-        };
-        draw_lines(area, &p)?;
+        let title = format!("space efficiency during insertion, chunk {c}");
+        let axes = ("elements inserted", "chunks / minimum");
+        draw_lines(area, &Lines::new(title, axes, (false, false), false, series))?;
     }
     Ok(())
 }
