@@ -24,6 +24,7 @@
 //! - [`versions`], [`fetch`]: attested versions, snapshots fetched as chunks from several
 //!   replicas;
 //! - [`client`]: the routing-cache client;
+//! - [`local`]: a local cluster of node processes on loopback (the demo's, the lab's);
 //! - `sim`, `simnet`, `simcheck`, `simcluster`: the deterministic simulation, and
 //!   `history`, `lincheck`: histories and the linearizability check; all six only with the
 //!   feature `sim`.
@@ -52,6 +53,7 @@ pub mod limits;
 pub mod lincheck;
 pub mod liveness;
 pub mod load;
+pub mod local;
 pub mod log_store;
 pub mod merge;
 pub mod merge_driver;

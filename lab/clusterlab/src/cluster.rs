@@ -1,15 +1,17 @@
 //! The driver's view of a local cluster: three `bavl-clusterlab node` processes on loopback
-//! (this executable, re-run), killed with SIGKILL and restarted on demand, their counters
-//! queried; and the client process (`bavl-clusterlab load`) run against them.
+//! (this executable, re-run, managed by `bavl_cluster::local`), killed with SIGKILL and
+//! restarted on demand, their counters queried; and the client process (`bavl-clusterlab
+//! load`) run against them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use bavl_cluster::client::{Client, ClientOptions};
+use bavl_cluster::local::{LocalCluster, LocalOptions};
 use bavl_cluster::tcp::TcpTransport;
 use bavl_cluster::types::{NodeId, RangeDesc};
 
@@ -33,12 +35,13 @@ pub struct Config {
     pub merge_keys: u64,
 }
 
+/// A lab cluster: its setup and its node processes (`bavl_cluster::local`, which kills
+/// them when this is dropped).
 pub struct LabCluster {
     pub cfg: Config,
     pub peers: String,
     pub addrs: BTreeMap<NodeId, SocketAddr>,
-    dir: PathBuf,
-    children: HashMap<NodeId, Child>,
+    nodes: LocalCluster,
 }
 
 impl LabCluster {
@@ -47,76 +50,47 @@ impl LabCluster {
         if dir.exists() {
             std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
-        std::fs::create_dir_all(dir)?;
-        let addrs: BTreeMap<NodeId, SocketAddr> = (1..=cfg.nodes)
-            .map(|i| (i, SocketAddr::from(([127, 0, 0, 1], base_port + i as u16))))
-            .collect();
-        let peers: Vec<String> = addrs.iter().map(|(i, a)| format!("{i}={a}")).collect();
-        let mut c = LabCluster {
-            cfg,
-            peers: peers.join(","),
-            addrs,
+        let mut args: Vec<String> = [
+            ("--partitions", cfg.partitions),
+            ("--keys", cfg.keys),
+            ("--capacity", u64::from(cfg.capacity)),
+            ("--split-keys", cfg.split_keys),
+            ("--snapshot-every", cfg.snapshot_every),
+            ("--merge-keys", cfg.merge_keys),
+        ]
+        .into_iter()
+        .flat_map(|(flag, v)| [flag.to_string(), v.to_string()])
+        .collect();
+        if !cfg.preload {
+            args.push("--no-preload".into());
+        }
+        if cfg.no_fsync {
+            args.push("--no-fsync".into());
+        }
+        let opts = LocalOptions {
+            exe: std::env::current_exe().context("cannot find this executable")?,
             dir: dir.to_path_buf(),
-            children: HashMap::new(),
+            nodes: cfg.nodes,
+            base_port,
+            // A lab node seeds its groups itself on an empty directory (`node::seed`).
+            bootstrap: false,
+            args,
         };
-        for id in 1..=c.cfg.nodes {
-            c.spawn(id)?;
-        }
-        Ok(c)
-    }
-
-    fn spawn(&mut self, id: NodeId) -> Result<()> {
-        let exe = std::env::current_exe().context("cannot find this executable")?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("node-{id}.log")))?;
-        let c = &self.cfg;
-        let mut cmd = Command::new(exe);
-        cmd.args(["node", "--id", &id.to_string(), "--peers", &self.peers])
-            .arg("--dir")
-            .arg(self.dir.join(format!("node-{id}")))
-            .args(["--partitions", &c.partitions.to_string()])
-            .args(["--keys", &c.keys.to_string()])
-            .args(["--capacity", &c.capacity.to_string()])
-            .args(["--split-keys", &c.split_keys.to_string()])
-            .args(["--snapshot-every", &c.snapshot_every.to_string()])
-            .args(["--merge-keys", &c.merge_keys.to_string()]);
-        if !c.preload {
-            cmd.arg("--no-preload");
-        }
-        if c.no_fsync {
-            cmd.arg("--no-fsync");
-        }
-        let child =
-            cmd.stdout(Stdio::null()).stderr(log).spawn().context("cannot start a node process")?;
-        self.children.insert(id, child);
-        Ok(())
+        let nodes = LocalCluster::start(opts).context("starting the node processes")?;
+        Ok(LabCluster { cfg, peers: nodes.peers(), addrs: nodes.addrs().clone(), nodes })
     }
 
     /// SIGKILL (no chance to flush anything).
     pub fn kill(&mut self, id: NodeId) {
-        if let Some(mut c) = self.children.remove(&id) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.nodes.kill(id);
     }
 
     pub fn restart(&mut self, id: NodeId) -> Result<()> {
-        self.kill(id);
-        self.spawn(id)
-    }
-
-    pub fn stop(&mut self) {
-        let ids: Vec<NodeId> = self.children.keys().copied().collect();
-        for id in ids {
-            self.kill(id);
-        }
+        Ok(self.nodes.restart(id)?)
     }
 
     pub fn client(&self, no_cache: bool) -> Client {
-        let peers: HashMap<NodeId, SocketAddr> = self.addrs.iter().map(|(k, v)| (*k, *v)).collect();
-        let transport = TcpTransport::new(peers, Duration::from_secs(2));
+        let transport = TcpTransport::new(self.nodes.peer_map(), Duration::from_secs(2));
         let opts = ClientOptions {
             no_cache,
             max_attempts: 60,
@@ -133,22 +107,11 @@ impl LabCluster {
 
     /// Waits until the directory answers and every range's leader serves a read.
     pub async fn wait_ready(&self, limit: Duration) -> Result<Vec<RangeDesc>> {
-        let t = Instant::now();
         let mut c = self.client(false);
-        while t.elapsed() < limit {
-            if let Some(ranges) = c.ranges().await {
-                let mut all = ranges.len() as u64 >= self.cfg.partitions;
-                for d in &ranges {
-                    let probe = if d.start.is_empty() { b"k".to_vec() } else { d.start.clone() };
-                    all &= c.get(&probe).await.is_ok();
-                }
-                if all {
-                    return Ok(ranges);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        bail!("the cluster in {} was not ready within {limit:?}", self.dir.display())
+        let ready = self.nodes.wait_ready(&mut c, self.cfg.partitions, limit).await;
+        ready.with_context(|| {
+            format!("the cluster in {} was not ready within {limit:?}", self.nodes.dir().display())
+        })
     }
 
     pub async fn stats(&self) -> BTreeMap<NodeId, NodeStats> {
@@ -167,7 +130,7 @@ impl LabCluster {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.join("load.log"))?;
+            .open(self.nodes.dir().join("load.log"))?;
         Command::new(exe)
             .args(["load", "--spec", &serde_json::to_string(spec)?])
             .stdout(Stdio::piped())
@@ -190,10 +153,4 @@ pub async fn finish_load(child: Child) -> Result<LoadResult> {
         bail!("the load process failed ({})", out.status);
     }
     serde_json::from_slice(&out.stdout).context("decoding the load process's result")
-}
-
-impl Drop for LabCluster {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }

@@ -249,9 +249,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             run_node(id, dir, &peers, bootstrap, &tuning, bounds.limits()?).await
         }
         Cmd::Local { nodes, dir, base_port, tuning } => {
-            let mut cluster =
-                demo::LocalCluster::start(&dir, nodes, base_port, &tuning_args(&tuning))?;
-            println!("peers: {}", cluster.peers);
+            let mut cluster = demo::start_local(&dir, nodes, base_port, tuning_args(&tuning))?;
+            println!("peers: {}", cluster.peers());
             tokio::signal::ctrl_c().await?;
             cluster.stop();
             Ok(())

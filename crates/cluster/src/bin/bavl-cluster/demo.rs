@@ -1,110 +1,35 @@
-//! A local cluster of node processes on loopback, and the one-command demo.
+//! The one-command demo on a local cluster of node processes (`bavl_cluster::local`).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use bavl_cluster::client::Client;
+use bavl_cluster::local::{LocalCluster, LocalOptions};
 use bavl_cluster::msg::{ClientOp, ClientReply};
 use bavl_cluster::types::{NodeId, NodeInfo, RangeDesc, DIRECTORY_GROUP};
 
-/// Node processes `1..=n` listening on `base_port + id`.
-pub struct LocalCluster {
-    pub peers: String,
-    dir: PathBuf,
+/// Node processes `1..=nodes` of this executable on ports `base_port + id` under `dir`,
+/// bootstrapped together, each given `args` (`bavl-cluster local` and the demo).
+pub fn start_local(
+    dir: &Path,
+    nodes: u64,
+    base_port: u16,
     args: Vec<String>,
-    children: HashMap<NodeId, Child>,
-    /// Nodes `1..=first` bootstrap the cluster.
-    first: u64,
-}
-
-impl LocalCluster {
-    pub fn start(dir: &Path, n: u64, base_port: u16, tuning: &[String]) -> anyhow::Result<Self> {
-        if n == 0 || u64::from(base_port) + n > 65535 {
-            bail!("--nodes must be at least 1 and the ports base+1..=base+nodes must exist");
-        }
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let peers: Vec<String> =
-            (1..=n).map(|i| format!("{i}=127.0.0.1:{}", u64::from(base_port) + i)).collect();
-        let mut c = LocalCluster {
-            peers: peers.join(","),
-            dir: dir.to_path_buf(),
-            args: tuning.to_vec(),
-            children: HashMap::new(),
-            first: n,
-        };
-        for id in 1..=n {
-            c.spawn(id)?;
-        }
-        Ok(c)
-    }
-
-    /// Starts one more node (empty, not bootstrapped) on `base_port + id`; it still has to
-    /// be registered (`add-node`). Returns its address.
-    pub fn join(&mut self, id: NodeId, base_port: u16) -> anyhow::Result<String> {
-        let addr = format!("127.0.0.1:{}", u64::from(base_port) + id);
-        self.peers = format!("{},{id}={addr}", self.peers);
-        self.spawn(id)?;
-        Ok(addr)
-    }
-
-    fn spawn(&mut self, id: NodeId) -> anyhow::Result<()> {
-        let exe = std::env::current_exe().context("cannot find this executable")?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("node-{id}.log")))?;
-        let mut cmd = Command::new(exe);
-        cmd.args(["node", "--id", &id.to_string(), "--peers", &self.peers]);
-        // The first nodes bootstrap (which acts only on an empty directory); a node that
-        // joins later starts empty.
-        if id <= self.first {
-            cmd.arg("--bootstrap");
-        }
-        let child = cmd
-            .arg("--dir")
-            .arg(self.dir.join(format!("node-{id}")))
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("cannot start a node process")?;
-        self.children.insert(id, child);
-        Ok(())
-    }
-
-    /// Kills node `id` with SIGKILL (no chance to flush anything).
-    pub fn kill(&mut self, id: NodeId) {
-        if let Some(mut c) = self.children.remove(&id) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    pub fn restart(&mut self, id: NodeId) -> anyhow::Result<()> {
-        self.kill(id);
-        self.spawn(id)
-    }
-
-    pub fn stop(&mut self) {
-        let ids: Vec<NodeId> = self.children.keys().copied().collect();
-        for id in ids {
-            self.kill(id);
-        }
-    }
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        self.stop();
-    }
+) -> anyhow::Result<LocalCluster> {
+    let exe = std::env::current_exe().context("cannot find this executable")?;
+    let opts =
+        LocalOptions { exe, dir: dir.to_path_buf(), nodes, base_port, bootstrap: true, args };
+    LocalCluster::start(opts).context("cannot start the local cluster")
 }
 
 /// What a key should hold: the value, and whether the write was acknowledged (an
 /// unacknowledged one may or may not have happened).
 type Model = HashMap<Vec<u8>, (Vec<u8>, bool)>;
+
+/// How long the demo waits for a fresh cluster to serve.
+const READY: Duration = Duration::from_secs(60);
 
 pub async fn run(
     dir: &Path,
@@ -123,10 +48,12 @@ pub async fn run(
     if no_fsync {
         tuning.push("--no-fsync".into());
     }
-    let mut cluster = LocalCluster::start(dir, nodes, base_port, &tuning)?;
-    println!("started {nodes} node processes: {} (logs in {})", cluster.peers, dir.display());
-    let peers = crate::cli::Peers::parse(&crate::cli::Peers::from_list(&cluster.peers))?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut cluster = start_local(dir, nodes, base_port, tuning)?;
+    println!("started {nodes} node processes: {} (logs in {})", cluster.peers(), dir.display());
+    let peers = cluster.peer_map();
+    // A client of its own waits for the cluster, so the demo's client counts only the demo.
+    let ready = cluster.wait_ready(&mut crate::cli::client_for(&peers, 2), 1, READY).await;
+    ready.with_context(|| format!("the cluster did not serve within {READY:?}"))?;
     let mut client = crate::cli::client_for(&peers, 1);
     let mut model = Model::new();
     let t0 = Instant::now();
@@ -140,7 +67,7 @@ pub async fn run(
     cluster.restart(victim)?;
     println!("restarted node {victim}");
     let new = nodes + 1;
-    let addr = cluster.join(new, base_port)?;
+    let addr = cluster.join(new).context("cannot start the new node")?.to_string();
     client.learn(new, &addr);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let info = NodeInfo { id: new, addr: addr.clone(), draining: false };
@@ -177,7 +104,7 @@ pub async fn run(
         println!("read every key back without node {gone}: {c} checked, {w} wrong");
         (checked, wrong) = (checked + c, wrong + w);
     }
-    crate::admin::status(&crate::cli::Peers::from_list(&cluster.peers)).await?;
+    crate::admin::status(&crate::cli::Peers::from_list(&cluster.peers())).await?;
     let s = &client.stats;
     let unknown = model.values().filter(|(_, sure)| !sure).count();
     println!(
