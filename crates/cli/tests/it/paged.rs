@@ -45,7 +45,7 @@ fn get(url: &str, path: &str) -> Vec<u8> {
 
 #[test]
 fn a_paged_store_is_served_and_exported_chunk_by_chunk() {
-    let dir = TempDir::new("paged-serve");
+    let dir = TempDir::new("bavl-cli", "paged-serve");
     let (src, export, dst) = (dir.join("src"), dir.join("export"), dir.join("dst"));
     let (v, root) = make_paged_store(&src);
     assert!(std::fs::read_dir(&src)

@@ -82,7 +82,7 @@ fn bavl_sync(
 
 #[test]
 fn sync_from_server_mirror_and_liar_writes_a_store() {
-    let dir = TempDir::new("sync-all");
+    let dir = TempDir::new("bavl-cli", "sync-all");
     let (src, export, dst, json) =
         (dir.join("src"), dir.join("export"), dir.join("dst"), dir.join("s.json"));
     let (v, root) = make_store(&src);
@@ -133,7 +133,7 @@ fn sync_from_server_mirror_and_liar_writes_a_store() {
 
 #[test]
 fn killed_sync_resumes_without_refetching() {
-    let dir = TempDir::new("sync-resume");
+    let dir = TempDir::new("bavl-cli", "sync-resume");
     let (src, dst, json) = (dir.join("src"), dir.join("dst"), dir.join("s.json"));
     let (v, root) = make_store(&src);
     let (_server, url) = serve(&src);
@@ -181,7 +181,7 @@ fn a_store_served_while_it_commits() {
     use std::sync::Arc;
 
     use bavl_sync::http::{self, BaseUrl, Catalog, Server, SyncConfig};
-    let dir = TempDir::new("sync-live");
+    let dir = TempDir::new("bavl-cli", "sync-live");
     let opts = Options { capacity: Some(16), keep_recent: 4, ..Options::default() };
     let mut store = Store::open(dir.join("db"), opts).unwrap();
     for i in 0u32..20_000 {

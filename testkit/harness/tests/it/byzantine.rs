@@ -27,7 +27,7 @@ struct Setup {
 }
 
 fn setup(tag: &str) -> Setup {
-    let dir = TempDir::new(&format!("byz-{tag}"));
+    let dir = TempDir::new("bavl-harness", &format!("byz-{tag}"));
     let (store, export) = (dir.join("store"), dir.join("export"));
     let mut s = Store::open(&store, Options { capacity: Some(16), ..Options::default() }).unwrap();
     for i in 0u32..2000 {

@@ -6,29 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// A directory under the system's temporary directory, removed when dropped.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("bavl-harness-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create the test directory");
-        TempDir(p)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use bavl_testutil::{start_until, stderr, stdout, Kill, TempDir};
 
 /// The harness's commands; every other command is `bavl`'s.
 const HARNESS_COMMANDS: [&str; 5] = ["demo", "crashtest", "loadtest", "vectors", "serve-liar"];
@@ -65,14 +43,6 @@ pub fn bavl<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
     Command::new(bin_for(&first)).args(args).output().expect("run the binary")
 }
 
-pub fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-pub fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// Panics with both outputs unless the exit code is `code`.
 pub fn expect_code(out: &Output, code: i32, what: &str) {
     assert_eq!(
@@ -86,33 +56,6 @@ pub fn expect_code(out: &Output, code: i32, what: &str) {
 
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
-}
-
-/// A child process killed (and reaped) when dropped.
-pub struct Kill(pub std::process::Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `cmd` and waits for the first line of its stdout containing `marker`; the rest
-/// of its stdout is drained on a thread.
-pub fn start_until(mut cmd: Command, marker: &str) -> (Kill, String) {
-    use std::io::BufRead;
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let mut child = Kill(child);
-    let out = child.0.stdout.take().expect("stdout");
-    let mut lines = std::io::BufReader::new(out).lines();
-    let line = lines.find_map(|l| l.ok().filter(|l| l.contains(marker))).expect("the marker line");
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, line)
 }
 
 /// `bavl serve` with these arguments on a free loopback port (`bavl-harness serve-liar

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 #[test]
 fn ten_kills_lose_nothing_committed() {
-    let dir = TempDir::new("crash");
+    let dir = TempDir::new("bavl-harness", "crash");
     let store = dir.join("store");
     let json = dir.join("crash.json");
     let start = Instant::now();

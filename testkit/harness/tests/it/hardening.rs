@@ -44,7 +44,7 @@ fn with_closed_stdout(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn every_command_exits_quietly_when_its_reader_goes_away() {
-    let dir = TempDir::new("pipe");
+    let dir = TempDir::new("bavl-harness", "pipe");
     let db = small_store(&dir);
     let d = path_str(&db);
     for args in [
@@ -78,7 +78,7 @@ fn endless_writer(db: &Path, seed: &str) -> common::Kill {
 
 #[test]
 fn a_second_writer_is_refused_even_after_rm_lock() {
-    let dir = TempDir::new("rmlock");
+    let dir = TempDir::new("bavl-harness", "rmlock");
     let db = small_store(&dir);
     let _first = endless_writer(&db, "1");
     let _ = std::fs::remove_file(db.join("LOCK"));
@@ -104,7 +104,7 @@ fn a_second_writer_is_refused_even_after_rm_lock() {
 
 #[test]
 fn a_writer_whose_directory_is_moved_stops() {
-    let dir = TempDir::new("moved");
+    let dir = TempDir::new("bavl-harness", "moved");
     let db = small_store(&dir);
     let mut first = endless_writer(&db, "1");
     let moved = dir.join("moved");
@@ -125,7 +125,7 @@ fn a_writer_whose_directory_is_moved_stops() {
 
 #[test]
 fn loadtest_leaves_another_programs_directory_untouched() {
-    let dir = TempDir::new("foreign");
+    let dir = TempDir::new("bavl-harness", "foreign");
     let theirs = dir.join("theirs");
     std::fs::create_dir(&theirs).unwrap();
     std::fs::write(theirs.join("data.bin"), b"theirs").unwrap();
@@ -153,7 +153,7 @@ fn can_mount() -> bool {
 /// `check`, `stats`, `get` and `prove` work; a writer is refused by the file system.
 #[test]
 fn the_read_only_commands_work_on_a_read_only_mount() {
-    let dir = TempDir::new("romount");
+    let dir = TempDir::new("bavl-harness", "romount");
     let db = small_store(&dir);
     if !can_mount() {
         // Without CAP_SYS_ADMIN the mount cannot be made; the read-only open is still

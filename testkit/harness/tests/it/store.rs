@@ -74,7 +74,7 @@ fn reference_root(seed: u64, initial_keys: usize, last: u64) -> String {
 
 #[test]
 fn loadtest_resumes_with_the_roots_of_an_uninterrupted_run() {
-    let dir = TempDir::new("resume");
+    let dir = TempDir::new("bavl-harness", "resume");
     let (a, b, report) = (dir.join("a"), dir.join("b"), dir.join("a.json"));
     let base = ["--initial", "3000", "--seed", "9", "--print-roots"];
 
@@ -126,7 +126,7 @@ fn loadtest_resumes_with_the_roots_of_an_uninterrupted_run() {
 
 #[test]
 fn loadtest_reports_proofs_and_the_summary() {
-    let dir = TempDir::new("proofs");
+    let dir = TempDir::new("bavl-harness", "proofs");
     let db = dir.join("db");
     let mut args = vec!["loadtest", "--db", path_str(&db), "--capacity", "16"];
     args.extend(MIX);
@@ -150,7 +150,7 @@ fn loadtest_reports_proofs_and_the_summary() {
 
 #[test]
 fn loadtest_refuses_bad_arguments() {
-    let dir = TempDir::new("badargs");
+    let dir = TempDir::new("bavl-harness", "badargs");
     let db = dir.join("db");
     let d = path_str(&db);
     let zero = bavl(&["loadtest", "--db", d, "--blocks", "1", "--inserts", "0", "--updates", "0"]);
@@ -245,7 +245,7 @@ fn run_verify(command: &str, root: Option<&str>) -> std::process::Output {
 
 #[test]
 fn get_and_prove_give_proofs_that_bavl_verify_checks() {
-    let dir = TempDir::new("prove");
+    let dir = TempDir::new("bavl-harness", "prove");
     let db = small_store(&dir);
     let d = path_str(&db);
     let (key, value) = initial(4).next().unwrap();
@@ -318,7 +318,7 @@ fn get_and_prove_give_proofs_that_bavl_verify_checks() {
 
 #[test]
 fn check_and_stats_describe_a_clean_store() {
-    let dir = TempDir::new("clean");
+    let dir = TempDir::new("bavl-harness", "clean");
     let db = small_store(&dir);
     let d = path_str(&db);
     let out = bavl(&["check", "--db", d]);
@@ -350,7 +350,7 @@ fn check_and_stats_describe_a_clean_store() {
 
 #[test]
 fn store_commands_refuse_missing_locked_and_foreign_stores() {
-    let dir = TempDir::new("refuse");
+    let dir = TempDir::new("bavl-harness", "refuse");
     let missing = dir.join("missing");
     let m = path_str(&missing);
     for args in [
@@ -453,7 +453,7 @@ fn assert_reported(db: &Path, file: &str) {
 
 #[test]
 fn a_flipped_bit_in_a_checkpoint_is_reported() {
-    let dir = TempDir::new("ckptflip");
+    let dir = TempDir::new("bavl-harness", "ckptflip");
     let db = checkpointed_store(&dir);
     let ckpts = files(&db, "ckpt-", ".bavl");
     assert!(!ckpts.is_empty(), "the load test wrote no checkpoint");
@@ -464,7 +464,7 @@ fn a_flipped_bit_in_a_checkpoint_is_reported() {
 
 #[test]
 fn a_truncated_checkpoint_is_reported() {
-    let dir = TempDir::new("ckpttrunc");
+    let dir = TempDir::new("bavl-harness", "ckpttrunc");
     let db = checkpointed_store(&dir);
     let newest = files(&db, "ckpt-", ".bavl").into_iter().max().expect("a checkpoint");
     let f = std::fs::OpenOptions::new().write(true).open(db.join(&newest.0)).unwrap();
@@ -475,7 +475,7 @@ fn a_truncated_checkpoint_is_reported() {
 
 #[test]
 fn a_flipped_bit_in_the_log_is_reported() {
-    let dir = TempDir::new("walflip");
+    let dir = TempDir::new("bavl-harness", "walflip");
     let db = checkpointed_store(&dir);
     let (wal, len) = files(&db, "wal-", ".log").into_iter().next().expect("a log segment");
     assert!(len > 1000, "{wal} holds no record ({len} bytes)");
