@@ -497,8 +497,5 @@ pub fn run_setup(env: &Env, s: &Setup, reps: u32) -> Result<Vec<Row>> {
 /// Whether `harness` is a `bavl-harness` with `serve-liar`, which runs bavl's Byzantine
 /// peers.
 pub fn harness_serves_liars(harness: &Path) -> bool {
-    Command::new(harness)
-        .args(["serve-liar", "--help"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    Command::new(harness).args(["serve-liar", "--help"]).output().is_ok_and(|o| o.status.success())
 }
