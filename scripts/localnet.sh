@@ -69,12 +69,14 @@ say() { printf 'localnet: %s\n' "$*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 
 cometbft="$(bash "$repo/scripts/install-cometbft.sh" | tail -1)"
-say "building bavl-abci --features test-rigs and bavl (release)"
+# shellcheck source=scripts/profile.sh
+source "$repo/scripts/profile.sh"
+say "building bavl-abci --features test-rigs and bavl ($BAVL_PROFILE profile)"
 # Two builds: the rigs (--byzantine, --snapshot-format) must not reach the bavl binary.
-(cd "$repo" && cargo build --release -q -p bavl-abci --features test-rigs)
-(cd "$repo" && cargo build --release -q -p bavl-cli)
-app_bin="$repo/target/release/bavl-abci"
-bavl_bin="$repo/target/release/bavl"
+bavl_build -p bavl-abci --features test-rigs
+bavl_build -p bavl-cli
+app_bin="$BAVL_BIN/bavl-abci"
+bavl_bin="$BAVL_BIN/bavl"
 
 declare -A PIDS=()   # name -> pid
 declare -a NODE_ID=()

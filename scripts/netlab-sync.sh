@@ -9,14 +9,11 @@
 # CARGO_TARGET_DIR is honoured (default target/). Exit status 1 if any sync failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [ -n "${CARGO_TARGET_DIR:-}" ]; then
-    CARGO_TARGET_DIR="$(realpath -m "$CARGO_TARGET_DIR")"
-    export CARGO_TARGET_DIR
-fi
-target="${CARGO_TARGET_DIR:-target}"
-# Two builds: built together, cargo would unify bavl-sync's features and link the lying
-# server (feature `liars`, the harness's) into the `bavl` being measured.
-cargo build --release -q -p bavl-cli
-cargo build --release -q -p bavl-harness
-(cd lab && cargo build --release -q -p bavl-synclab)
-exec "$target/release/bavl-synclab" run "$@"
+# shellcheck source=scripts/profile.sh
+source scripts/profile.sh
+# Separate builds: built together, cargo would unify bavl-sync's features and link the
+# lying server (feature `liars`, the harness's) into the `bavl` being measured.
+bavl_build -p bavl-cli
+bavl_build -p bavl-harness
+bavl_lab_build -p bavl-synclab
+exec "$BAVL_BIN/bavl-synclab" run "$@"

@@ -26,9 +26,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STATE="$ROOT/target/netlab"
-TARGET="${CARGO_TARGET_DIR:-target}"
-case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
-SYNCLAB="${BAVL_SYNCLAB:-$TARGET/release/bavl-synclab}"
+# shellcheck source=scripts/profile.sh
+source "$ROOT/scripts/profile.sh"
+SYNCLAB="${BAVL_SYNCLAB:-$BAVL_BIN/bavl-synclab}"
 SUBNET="10.77.0"
 SERVE_PORT=9000
 PROXY_PORT=8080
@@ -44,13 +44,7 @@ install_proxy() {
     [ -z "${BAVL_SYNCLAB:-}" ] || die "BAVL_SYNCLAB=$SYNCLAB is not an executable"
     command -v cargo >/dev/null || die "cargo is needed to build the delay proxy"
     log "building bavl-synclab (the delay proxy) with cargo, in the lab workspace"
-    # The lab (lab/) is its own workspace sharing the product's target directory; a
-    # relative CARGO_TARGET_DIR is made absolute before cargo runs there.
-    if [ -n "${CARGO_TARGET_DIR:-}" ]; then
-        CARGO_TARGET_DIR="$(realpath -m "$CARGO_TARGET_DIR")"
-        export CARGO_TARGET_DIR
-    fi
-    (cd "$ROOT/lab" && cargo build --release -q -p bavl-synclab)
+    bavl_lab_build -p bavl-synclab
 }
 
 # The RTT in ms of peer i (1-based) of n, from "MS" or "LO-HI".

@@ -78,7 +78,9 @@ until grep -q "holding the network" "$log"; do
     sleep 1
 done
 rpc() { echo "http://127.0.0.1:$(( PORT + 10 * $1 + 7 ))"; }
-trust_hash=$("$ROOT/target/release/bavl-abci" status --rpc "$(rpc 0)" --height 1 | sed -n 's/^block_hash=//p')
+# shellcheck source=scripts/profile.sh
+source "$ROOT/scripts/profile.sh"   # the profile localnet.sh built bavl-abci in
+trust_hash=$("$BAVL_BIN/bavl-abci" status --rpc "$(rpc 0)" --height 1 | sed -n 's/^block_hash=//p')
 [[ ${#trust_hash} -eq 64 ]] || fail "no hash of header 1 from $(rpc 0)"
 say "trust root: header 1 = $trust_hash (from validator 0); primary $(rpc 1), witness $(rpc 2)"
 common=(--rpc "$(rpc 1)" --witness "$(rpc 2)" --trust-height 1)
