@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 use crate::consensus::{Consensus, OpenraftGroup, ProposeError};
 use crate::msg::{ClientOp, ClientReply, ClientRequest, DirectoryOp, Message, Reply};
 use crate::node::{answer, Node};
-use crate::sm::write_atomic;
 use crate::types::{Command, Epoch, NodeId, NodeInfo, RangeDesc, DIRECTORY_GROUP};
+use bavl_store::write_file_atomic;
 
 /// The file, in a node's directory, holding the last directory descriptor it was told of.
 pub const KNOWN_FILE: &str = "directory.json";
@@ -63,9 +63,10 @@ pub fn read_known(node_dir: &Path) -> std::io::Result<Option<KnownDirectory>> {
     })
 }
 
-/// Writes `directory.json` of `node_dir` atomically (temp file, sync, rename).
+/// Writes `directory.json` of `node_dir` atomically and durably
+/// (`bavl_store::write_file_atomic`: temporary file synced, renamed, directory synced).
 pub fn write_known(node_dir: &Path, known: &KnownDirectory) -> std::io::Result<()> {
-    write_atomic(&node_dir.join(KNOWN_FILE), &serde_json::to_vec(known)?)
+    write_file_atomic(&node_dir.join(KNOWN_FILE), &serde_json::to_vec(known)?)
 }
 
 /// The `directory.json` a node starts with: nothing if absent or unreadable (said on

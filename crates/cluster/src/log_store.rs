@@ -233,11 +233,7 @@ impl Inner {
     }
 
     fn write_unpoisoned(&mut self, record: Record, sync: bool) -> std::io::Result<()> {
-        let payload = crate::codec::encode(&record).map_err(std::io::Error::other)?;
-        let mut frame = Vec::with_capacity(payload.len() + 8);
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        frame.extend_from_slice(&payload);
+        let frame = frame(&record)?;
         let durable = self.durability == Some(Durability::Fsync);
         let file = self.file.as_mut().expect("open log has a file");
         file.write_all(&frame)?;
@@ -248,32 +244,34 @@ impl Inner {
         Ok(())
     }
 
-    /// Rewrites the file as its current state (after purges), atomically by rename.
+    /// Rewrites the file as its current state (after purges) with bavl's atomic write
+    /// (`bavl_store::write_file_atomic`: a temporary file synced, renamed over the log, the
+    /// directory synced), so a crash leaves either the old file or the new one.
     fn compact(&mut self) -> std::io::Result<()> {
-        let tmp = self.path.with_extension("tmp");
-        let mut fresh = Inner {
-            path: self.path.clone(),
-            durability: self.durability,
-            file: Some(create(&tmp)?),
-            ..Inner::default()
-        };
-        if let Some(id) = self.last_purged {
-            fresh.write(Record::Purge(id), false)?;
+        let records: Vec<Record> = (self.last_purged.map(Record::Purge).into_iter())
+            .chain(self.vote.map(Record::Vote))
+            .chain([Record::Committed(self.committed)])
+            .chain([Record::Entries(self.log.values().cloned().collect())])
+            .collect();
+        let mut bytes = MAGIC.to_vec();
+        for r in &records {
+            bytes.extend_from_slice(&frame(r)?);
         }
-        if let Some(v) = self.vote {
-            fresh.write(Record::Vote(v), false)?;
-        }
-        fresh.write(Record::Committed(self.committed), false)?;
-        let entries: Vec<_> = self.log.values().cloned().collect();
-        fresh.write(Record::Entries(entries), false)?;
-        let file = fresh.file.take().expect("just created");
-        file.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        let file = OpenOptions::new().append(true).open(&self.path)?;
-        self.file = Some(file);
-        self.records = fresh.records;
+        bavl_store::write_file_atomic(&self.path, &bytes)?;
+        self.file = Some(OpenOptions::new().append(true).open(&self.path)?);
+        self.records = records.len() as u64;
         Ok(())
     }
+}
+
+/// `record` framed: `len: u32 LE | crc32(payload): u32 LE | payload`.
+fn frame(record: &Record) -> std::io::Result<Vec<u8>> {
+    let payload = crate::codec::encode(record).map_err(std::io::Error::other)?;
+    let mut frame = Vec::with_capacity(payload.len() + 8);
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    frame.extend_from_slice(&payload);
+    Ok(frame)
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -364,5 +362,57 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::storage::RaftLogStorage;
+
+    fn blank(index: u64) -> typ::Entry {
+        typ::Entry {
+            log_id: openraft::testing::log_id(1, 1, index),
+            payload: openraft::EntryPayload::Blank,
+        }
+    }
+
+    /// Past 1024 records a purge rewrites the file compactly (with the atomic write): the
+    /// reopened log holds the same vote, committed index, purge point and entries.
+    #[tokio::test]
+    async fn a_compacted_log_reopens_to_the_same_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raft.log");
+        let mut log = LogStore::open(&path, Durability::NoSync).unwrap();
+        {
+            let mut inner = log.inner.lock().await;
+            for i in 1..=1100 {
+                inner.write(Record::Entries(vec![blank(i)]), false).unwrap();
+            }
+        }
+        let vote = typ::Vote::new(7, 2);
+        log.save_vote(&vote).await.unwrap();
+        let committed = Some(openraft::testing::log_id(1, 1, 900));
+        log.save_committed(committed).await.unwrap();
+        let before = std::fs::metadata(&path).unwrap().len();
+        let purged = openraft::testing::log_id(1, 1, 100);
+        log.purge(purged).await.unwrap();
+        assert_eq!(log.inner.lock().await.records, 4, "the file was not compacted");
+        assert!(std::fs::metadata(&path).unwrap().len() < before);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap()).collect();
+        assert_eq!(names.len(), 1, "only the log is left: {names:?}");
+        // Written after the compaction, to the new file.
+        log.save_vote(&typ::Vote::new(8, 3)).await.unwrap();
+        drop(log);
+
+        let mut log = LogStore::open(&path, Durability::NoSync).unwrap();
+        assert_eq!(log.read_vote().await.unwrap(), Some(typ::Vote::new(8, 3)));
+        assert_eq!(log.read_committed().await.unwrap(), committed);
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(purged));
+        assert_eq!(state.last_log_id, Some(blank(1100).log_id));
+        let inner = log.inner.lock().await;
+        let indexes: Vec<u64> = inner.log.keys().copied().collect();
+        assert_eq!(indexes, (101..=1100).collect::<Vec<_>>());
     }
 }

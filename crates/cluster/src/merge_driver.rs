@@ -239,7 +239,7 @@ impl Node {
     /// message of the group never starts an empty replica of it here again (group ids are
     /// never reused, and a merged-away group never comes back).
     pub(crate) async fn retire_replica(&self, g: GroupId) -> std::io::Result<()> {
-        crate::sm::write_atomic(&retired_file(&self.opts.dir, g), b"")?;
+        bavl_store::write_file_atomic(&retired_file(&self.opts.dir, g), b"")?;
         self.remove_replica(g).await
     }
 

@@ -4,7 +4,8 @@
 //! Guarantees: the state in memory is rebuilt on start from the latest snapshot file (or a
 //! split child's base file, or an empty range) and then from the durable log, which openraft
 //! re-applies; so the Raft log is the only write-ahead log and a write costs one fsync. A
-//! snapshot file is written, synced and renamed before openraft may purge the log it covers
+//! snapshot file is written, synced and renamed, its directory synced
+//! (`bavl_store::write_file_atomic`), before openraft may purge the log it covers
 //! (for an installed snapshot the log store waits for it: see `snapmark`).
 //! A new group (bootstrap, or a split's child) starts from a snapshot at log id `(0, 0)`
 //! holding its initial state and membership, over a log purged up to that id: openraft
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bavl_store::write_file_atomic;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, StorageIOError};
 use serde::{Deserialize, Serialize};
@@ -93,16 +95,6 @@ fn sm_err(verb: ErrorVerb, e: impl std::fmt::Display) -> typ::StorageError {
     StorageIOError::new(ErrorSubject::StateMachine, verb, openraft::AnyError::new(&e)).into()
 }
 
-/// Writes `bytes` to `path` durably: temp file, fsync, rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
 impl GroupSm {
     /// Opens group `desc.id`'s state from its files; `desc` is used only for a fresh group.
     pub fn open(
@@ -140,7 +132,7 @@ impl GroupSm {
 
     /// Writes `file` as the group's snapshot file (durably), then raises the mark.
     fn write_snapshot(&self, file: &SnapshotFile) -> std::io::Result<()> {
-        write_atomic(&self.dir.join(SNAPSHOT_FILE), &serde_json::to_vec(file)?)?;
+        write_file_atomic(&self.dir.join(SNAPSHOT_FILE), &serde_json::to_vec(file)?)?;
         self.mark.written(file.meta.last_log_id.map(|l| l.index));
         Ok(())
     }
@@ -215,7 +207,7 @@ pub fn seed_group(node_dir: &Path, data: &SnapshotData) -> std::io::Result<()> {
         snapshot_id: format!("group-{}-origin", desc.id),
     };
     let file = SnapshotFile { meta, data: data.clone() };
-    write_atomic(&dir.join(SNAPSHOT_FILE), &serde_json::to_vec(&file)?)
+    write_file_atomic(&dir.join(SNAPSHOT_FILE), &serde_json::to_vec(&file)?)
 }
 
 /// Reads a JSON file if it exists; a file that does not decode is an error, not absence.

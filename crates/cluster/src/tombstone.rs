@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sm::write_atomic;
 use crate::types::{typ, GroupId};
+use bavl_store::write_file_atomic;
 
 /// The marker a node leaves when it deletes its replica of group `id` (see `moves`).
 pub fn tombstone_file(node_dir: &Path, id: GroupId) -> PathBuf {
@@ -82,5 +82,5 @@ pub fn raise_tombstone(
         return Ok(());
     }
     let marker = Tombstone { vote };
-    write_atomic(&tombstone_file(node_dir, id), &serde_json::to_vec(&marker)?)
+    write_file_atomic(&tombstone_file(node_dir, id), &serde_json::to_vec(&marker)?)
 }
