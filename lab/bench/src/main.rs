@@ -65,7 +65,7 @@ struct CoreArgs {
     #[arg(long)]
     quick: bool,
     /// JSON report path; the sweep CSV and PNG are written beside it.
-    #[arg(long, default_value = "docs/results/core.json")]
+    #[arg(long, default_value_os_t = bavl_labkit::results_path("core.json"))]
     out: PathBuf,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 42)]

@@ -57,8 +57,12 @@ struct Cli {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Where networks live while they run.
-    #[arg(long, default_value = "target/chainlab")]
+    #[arg(long, default_value_os_t = bavl_labkit::repo_path("target/chainlab"))]
     work: PathBuf,
+    /// The `bavl-abci` to run, built with its feature test-rigs [default: built now, beside
+    /// this binary, in the same profile].
+    #[arg(long)]
+    bavl_abci: Option<PathBuf>,
     /// The first port (each network takes 100 from there).
     #[arg(long, default_value_t = 28000)]
     port: u16,
@@ -76,15 +80,8 @@ pub struct Setup {
     pub load_threads: u64,
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| ".".into())
-}
-
-/// Installs CometBFT (pinned, idempotent) and builds bavl-abci.
-fn binaries(root: &Path) -> Result<net::Bins> {
+/// Installs CometBFT (pinned, idempotent) and, unless `app` names one, builds bavl-abci.
+fn binaries(root: &Path, app: Option<&Path>) -> Result<net::Bins> {
     let out = std::process::Command::new("bash")
         .arg(root.join("scripts/install-cometbft.sh"))
         .stderr(std::process::Stdio::inherit())
@@ -95,22 +92,48 @@ fn binaries(root: &Path) -> Result<net::Bins> {
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let cometbft = PathBuf::from(text.lines().last().unwrap_or("").trim());
-    // The rigs the experiments run (--snapshot-format baseline, --byzantine,
-    // --restore-null) are in bavl-abci's feature test-rigs only.
-    eprintln!("chainlab: building bavl-abci --features test-rigs (release)");
+    let app = match app {
+        Some(app) => app.to_path_buf(),
+        None => build_abci(root)?,
+    };
+    Ok(net::Bins { cometbft, app })
+}
+
+/// Builds bavl-abci beside this binary: the same target directory, in the profile this
+/// binary was built in (`target/release`: release; `target/debug`: CI's `test`, or `dev`
+/// when BAVL_PROFILE says so, as in scripts/profile.sh; any other directory: the custom
+/// profile of that name). The rigs the experiments run (--snapshot-format baseline,
+/// --byzantine, --restore-null) are in bavl-abci's feature test-rigs only.
+fn build_abci(root: &Path) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let bin = exe.parent().context("this binary's directory")?;
+    let target = bin.parent().context("the target directory")?;
+    let dir = bin.file_name().and_then(|n| n.to_str()).context("the profile's directory")?;
+    let profile = match dir {
+        "release" => "release".to_string(),
+        "debug" => match std::env::var("BAVL_PROFILE").ok().as_deref() {
+            Some("dev") => "dev".to_string(),
+            _ => "test".to_string(),
+        },
+        custom => custom.to_string(),
+    };
+    eprintln!("chainlab: building bavl-abci --features test-rigs ({profile} profile)");
     let st = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--release", "-q", "-p", "bavl-abci", "--features", "test-rigs"])
+        .args(["build", "-q", "--profile", &profile, "-p", "bavl-abci", "--features", "test-rigs"])
+        .arg("--target-dir")
+        .arg(target)
         .current_dir(root)
-        .status()?;
+        .status()
+        .context("running cargo build")?;
     if !st.success() {
         bail!("building bavl-abci failed");
     }
-    Ok(net::Bins { cometbft, app: root.join("target/release/bavl-abci") })
+    Ok(bin.join("bavl-abci"))
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let root = repo_root();
+    let root = bavl_labkit::repo_root();
     let q = cli.quick;
     let setup = Setup {
         keys: cli.keys.unwrap_or(if q { 30_000 } else { 1_000_000 }),
@@ -128,8 +151,8 @@ fn main() -> Result<()> {
             root.join("docs/results")
         }
     });
-    let work = if cli.work.is_absolute() { cli.work.clone() } else { root.join(&cli.work) };
-    let bins = binaries(&root)?;
+    let work = std::path::absolute(&cli.work).context("the work directory")?;
+    let bins = binaries(&root, cli.bavl_abci.as_deref())?;
     let lies: Vec<&'static str> =
         cli.lies.iter().map(|l| &*Box::leak(l.clone().into_boxed_str())).collect();
     let mut rep = report::Report::new(&setup, &bins, &lies);

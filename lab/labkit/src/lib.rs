@@ -6,13 +6,17 @@
 //!   deviation.
 //! - [`plot`]: the font registered once, PNG files, legends, category bar panels and the
 //!   palette the figures share.
+//! - [`paths`]: the repository's root and its `docs/results/`, where default outputs go
+//!   whatever the working directory.
 //!
 //! Nothing here measures the store; a caller that cannot find a font skips its plots
 //! (see [`plot::ensure_font`]).
 #![forbid(unsafe_code)]
 
 pub mod machine;
+pub mod paths;
 pub mod plot;
 pub mod stats;
 
 pub use machine::Machine;
+pub use paths::{repo_path, repo_root, results_path};

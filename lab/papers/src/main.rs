@@ -61,10 +61,10 @@ struct EvalArgs {
     #[arg(long)]
     quick: bool,
     /// Directory for CSV, PNG and README.md.
-    #[arg(long, default_value = "docs/results/papers")]
+    #[arg(long, default_value_os_t = bavl_labkit::results_path("papers"))]
     out: PathBuf,
     /// The Table III summary.
-    #[arg(long, default_value = "docs/results/papers.json")]
+    #[arg(long, default_value_os_t = bavl_labkit::results_path("papers.json"))]
     json: PathBuf,
     /// Compute the root hash every this many inserts while timing inserts (1: after every
     /// insert, as an eagerly hashed tree would).

@@ -125,13 +125,13 @@ struct RunArgs {
     #[arg(long)]
     quick: bool,
     /// Where the stream and the stores' directories go: a real disk, not tmpfs (default
-    /// <workspace>/target/peers-bench). Removed afterwards unless --keep.
+    /// <repo>/target/peers-bench). Removed afterwards unless --keep.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Keep the stores' directories.
     #[arg(long)]
     keep: bool,
-    /// JSON report (default <workspace>/docs/results/peers.json; the CSVs and the PNG go to
+    /// JSON report (default <repo>/docs/results/peers.json; the CSVs and the PNG go to
     /// the directory named after it without the extension, e.g. docs/results/peers/).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -247,17 +247,9 @@ fn child_main(a: ChildArgs) -> Result<()> {
     Ok(())
 }
 
-/// The workspace root (two levels above this crate).
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| ".".into())
-}
-
 fn run(a: RunArgs) -> Result<()> {
     let wall = Instant::now();
-    let root = workspace();
+    let root = bavl_labkit::repo_root();
     let keys = a.keys.unwrap_or(if a.quick { 50_000 } else { 1_000_000 });
     let blocks = a.blocks.unwrap_or(if a.quick { 3 } else { 30 });
     let warmup = a.warmup_blocks.unwrap_or(if a.quick { 1 } else { 2 });

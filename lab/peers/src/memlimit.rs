@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::memplot;
 use crate::memrecord::{self, one_line, record, RunRecord};
 use crate::report::{self, Machine};
-use crate::{remove_dir, wait_child, workspace};
+use crate::{remove_dir, wait_child};
 
 #[derive(Args, Clone)]
 pub struct CgroupArgs {
@@ -83,7 +83,7 @@ pub struct CgroupArgs {
     #[arg(long)]
     quick: bool,
     /// Where the stream and the stores' directories go (a real disk; default
-    /// <workspace>/target/paged-bench). Removed afterwards unless --keep.
+    /// <repo>/target/paged-bench). Removed afterwards unless --keep.
     #[arg(long)]
     dir: Option<PathBuf>,
     #[arg(long)]
@@ -186,7 +186,7 @@ fn child_store(name: &str) -> (&str, &'static [(&'static str, &'static str)]) {
 
 pub fn run(a: CgroupArgs) -> Result<()> {
     let wall = Instant::now();
-    let root = workspace();
+    let root = bavl_labkit::repo_root();
     let (keys_list, limits, blocks, warmup) = defaults(&a)?;
     let limit = limits.iter().copied().max().unwrap_or(1 << 31);
     for n in &a.stores {

@@ -1,5 +1,5 @@
 //! `bavl-synclab`: state sync over a namespaced network, bavl against the Cosmos/IAVL-style
-//! baseline. See `docs/results/README.md` ("State sync over a network").
+//! baseline. See `lab/notes/results-history.md` ("State sync over a network").
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 
@@ -130,9 +130,9 @@ enum Cmd {
     },
     /// Redraws the plots and rewrites the §7 summary from the CSVs in a results directory.
     Report {
-        #[arg(long, default_value = "docs/results/sync")]
+        #[arg(long, default_value_os_t = bavl_labkit::results_path("sync"))]
         dir: PathBuf,
-        #[arg(long, default_value = "docs/results/sync.json")]
+        #[arg(long, default_value_os_t = bavl_labkit::results_path("sync.json"))]
         json: PathBuf,
     },
 }
@@ -185,7 +185,8 @@ struct RunArgs {
     /// beside this one; without it bavl's Byzantine runs are skipped).
     #[arg(long)]
     harness: Option<PathBuf>,
-    #[arg(long, default_value = "scripts/netlab.sh")]
+    /// The lab's network script.
+    #[arg(long, default_value_os_t = bavl_labkit::repo_path("scripts/netlab.sh"))]
     netlab: PathBuf,
     /// Leave the lab up afterwards.
     #[arg(long)]
@@ -698,19 +699,19 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
     if !bavl.is_file() {
         bail!("{} not found (cargo build --release -p bavl-cli, or --bavl PATH)", bavl.display());
     }
-    let work = PathBuf::from("target/synclab");
+    let work = bavl_labkit::repo_path("target/synclab");
     let out = args.out.clone().unwrap_or_else(|| {
         if args.quick {
             work.join("quick")
         } else {
-            PathBuf::from("docs/results/sync")
+            bavl_labkit::results_path("sync")
         }
     });
     let json_path = args.json.clone().unwrap_or_else(|| {
         if args.quick {
             out.join("sync.json")
         } else {
-            PathBuf::from("docs/results/sync.json")
+            bavl_labkit::results_path("sync.json")
         }
     });
     std::fs::create_dir_all(&out)?;
@@ -720,7 +721,7 @@ fn run(args: &RunArgs) -> Result<ExitCode> {
         harness: std::fs::canonicalize(&harness).unwrap_or(harness),
         synclab: std::fs::canonicalize(&exe)?,
         netlab: args.netlab.clone(),
-        work: std::fs::canonicalize(".")?.join(&work),
+        work,
         rtt_ms: args.rtt_ms,
         rate_mbit: args.rate_mbit,
         bavl_lie: args.bavl_lie.clone(),

@@ -33,9 +33,9 @@ struct Args {
     #[arg(long, default_value_t = 10_000)]
     ops: u32,
     /// Working directory (on a real disk: fsync must be real).
-    #[arg(long, default_value = "target/engines-bench")]
+    #[arg(long, default_value_os_t = bavl_labkit::repo_path("target/engines-bench"))]
     dir: PathBuf,
-    #[arg(long, default_value = "docs/results/engines.json")]
+    #[arg(long, default_value_os_t = bavl_labkit::results_path("engines.json"))]
     out: PathBuf,
 }
 

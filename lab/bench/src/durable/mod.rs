@@ -85,13 +85,13 @@ pub struct StoreArgs {
     #[arg(long)]
     quick: bool,
     /// JSON report path; the experiment's CSV and PNG are written beside it.
-    #[arg(long, default_value = "docs/results/store.json")]
+    #[arg(long, default_value_os_t = bavl_labkit::results_path("store.json"))]
     out: PathBuf,
     /// Where the stores are built (a real disk, not tmpfs); removed afterwards.
-    #[arg(long, default_value = "target/store-bench")]
+    #[arg(long, default_value_os_t = bavl_labkit::repo_path("target/store-bench"))]
     dir: PathBuf,
     /// The crash test's results, if any (fields `iterations` and `failures`).
-    #[arg(long, default_value = "docs/results/crash.json")]
+    #[arg(long, default_value_os_t = bavl_labkit::results_path("crash.json"))]
     crash_json: PathBuf,
     /// Seed of the workload.
     #[arg(long, default_value_t = 42)]

@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long)]
     pub bavl: Option<PathBuf>,
     /// States, exports and synced stores (kept between runs: states are built once).
-    #[arg(long, default_value = "target/synclab/adversarial")]
+    #[arg(long, default_value_os_t = bavl_labkit::repo_path("target/synclab/adversarial"))]
     pub work: PathBuf,
     /// CSV and PNG directory (default docs/results/sync-adversarial; quick
     /// target/synclab/adversarial-quick).
@@ -95,17 +95,17 @@ pub fn main(args: &Args) -> Result<ExitCode> {
         provenance: super::report::provenance(args.note.as_deref()),
     };
     let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from(if quick {
-            "target/synclab/adversarial-quick"
+        if quick {
+            bavl_labkit::repo_path("target/synclab/adversarial-quick")
         } else {
-            "docs/results/sync-adversarial"
-        })
+            bavl_labkit::results_path("sync-adversarial")
+        }
     });
     let json_path = args.json.clone().unwrap_or_else(|| {
         if quick {
             out.join("sync-adversarial.json")
         } else {
-            PathBuf::from("docs/results/sync-adversarial.json")
+            bavl_labkit::results_path("sync-adversarial.json")
         }
     });
     std::fs::create_dir_all(&out)?;
