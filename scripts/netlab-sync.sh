@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # State sync over the netlab namespaces: builds bavl, bavl-harness (whose `serve-liar` runs
-# bavl's lying peers) and bavl-synclab (release) and runs the experiments (docs/results/README.md, "State sync over a network"). Needs root.
+# bavl's lying peers) and bavl-synclab (in $BAVL_PROFILE, release by default) and runs the
+# experiments (the runs: lab/notes/results-history.md, "State sync over a network").
+# Needs root.
 #
 #   scripts/netlab-sync.sh --quick                 # smoke: 20k keys, 3 peers, ~1-2 min
-#   scripts/netlab-sync.sh --exp s7 --reps 3       # issue 4 §7 figures -> docs/results/sync.json
+#   scripts/netlab-sync.sh --exp s7 --reps 3       # the headline figures -> docs/results/sync.json
 #   scripts/netlab-sync.sh --exp size,chunk,peers,byz,cpu --reps 2
 #
 # CARGO_TARGET_DIR is honoured (default target/). Exit status 1 if any sync failed.

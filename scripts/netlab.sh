@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # netlab: N serving hosts and one syncing host as Linux network namespaces, for the state
-# sync experiments (issue 4 §5; docs/results/README.md, "State sync over a network").
+# sync experiments (lab/notes/results-history.md, "State sync over a network").
 #
 #   scripts/netlab.sh up N [--rtt MS|LO-HI] [--rate RATE]   (re)create the lab
 #   scripts/netlab.sh down                                  remove everything it made

@@ -1,5 +1,5 @@
 //! Snapshot format 2, the baseline: state sync the Cosmos SDK's way, on the same chain,
-//! for comparison with format 1 (issue 17 §3). Not for production.
+//! for comparison with format 1 (`docs/chain.md` §5). Not for production.
 //!
 //! ```text
 //! stream    = ( len:u32le bavl-chunk )*   every chunk's export, in order (the tree's shape

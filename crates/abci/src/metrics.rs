@@ -3,8 +3,9 @@
 //! Each `FinalizeBlock` (apply and hash) and `Commit` (durable log record, snapshot) is
 //! timed from its request's arrival to its answer; every `every` heights one log line
 //! sums a window of blocks: blocks per second, transactions and operations, the time in
-//! bavl and its share of the wall time, and the slowest block's. The share is what issue
-//! 17 calls "the share of block time spent in bavl"; the wall time includes consensus.
+//! bavl and its share of the wall time, and the slowest block's. The share is the one
+//! `docs/chain.md` §5 and §11 report (block time spent in bavl); the wall time includes
+//! consensus.
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};

@@ -6,9 +6,9 @@
 //! mimalloc runs the same blocks 2.2x faster. While a checkpoint holds an old version, the
 //! copies cannot reuse the buffers of that version, and mimalloc by default hands freed
 //! memory back to the OS after a delay, so each block then faults in thousands of fresh
-//! pages (3-4k per block in `cargo run --release -p bavl-bench --example hold`, against
-//! fewer than 100 otherwise). Keeping freed memory removes those faults; the cost is that
-//! the process's resident size stays at its high-water mark.
+//! pages (3-4k per block in the lab's `cargo run --release -p bavl-bench --example hold`,
+//! against fewer than 100 otherwise). Keeping freed memory removes those faults; the cost
+//! is that the process's resident size stays at its high-water mark.
 //!
 //! ```no_run
 //! #[global_allocator]
@@ -48,7 +48,7 @@ pub fn keep_freed_memory() {
 /// budget, and every block loads and evicts about as many bodies as it touches, so kept
 /// free pages only raise the resident set.
 ///
-/// Measured (2026-11-28, `docs/results/README.md`): a preloaded 10M-key store, budget
+/// Measured (2026-11-28, `lab/notes/results-history.md`): a preloaded 10M-key store, budget
 /// 256 MiB, 10 blocks of 10k operations (`bavl-peers child --store bavl-paged --preloaded
 /// --reopen`), interleaved runs on a shared machine: peak RSS 553-586 MB with freed memory
 /// kept, 523-533 MB purging after 1 s, 495-506 MB after 100 ms, 475-491 MB after 0 ms.
@@ -101,8 +101,8 @@ pub const BOUNDED_PURGE_DELAY_MS: i64 = 1000;
 /// response buffer per chunk from many threads, and with huge pages each first touch
 /// zeroes 2 MiB; 46% of the client's CPU went to zeroing pages (system time 1.24 s of a
 /// 1M-key sync on loopback; 0.35 s without huge pages, resident set 660 -> 480 MB). The
-/// store's own loop is the other way round (`bavl loadtest` ~6% faster with them), so this
-/// is per command, not global. Errors are ignored: huge pages are only a speed matter.
+/// store's own loop is the other way round (`bavl-harness loadtest` ~6% faster with them),
+/// so this is per command, not global. Errors are ignored: huge pages are only a speed matter.
 pub fn no_transparent_huge_pages() {
     set_option(ALLOW_THP, 0);
     disable_thp();

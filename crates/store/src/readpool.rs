@@ -5,7 +5,7 @@
 //! They used to be started for each load and end with it: two loads a block, 32 threads
 //! started and ended a block (598 over a 15-block run at 30M keys), each body allocated
 //! in the heap of a thread that had ended by the time the writer freed it. Kept, at 30M
-//! keys under 2 GiB (alternated runs, `docs/results/README.md`): peak memory over the
+//! keys under 2 GiB (alternated runs, `lab/notes/results-history.md`): peak memory over the
 //! budget about 1 byte per key lower, durable ops/s 3.5% higher. Why the peak fell was
 //! not shown: the allocator still reports most of its pages abandoned at the peak.
 

@@ -6,7 +6,7 @@
 //! classes, bodies are loaded on reading threads and freed on the writer's in another
 //! order, so the allocator's pages end up partly used, and freed memory goes back to the
 //! OS only after a delay. Measured at 30M keys with a 512 MiB budget, the process held
-//! about 1.5 bytes of memory per byte of body counted (`docs/results/README.md`).
+//! about 1.5 bytes of memory per byte of body counted (`lab/notes/results-history.md`).
 //!
 //! So after each block the pager compares the memory the process has gained since the
 //! pager started (anonymous resident memory, `RssAnon` in `/proc/self/status`) with the

@@ -3,7 +3,7 @@
 //! as the nodes take them; node0's block log (`bavl-abci serve --block-log`) gives each
 //! block's arrival, transactions and the time spent in bavl.
 //!
-//! Definitions (`docs/results/README.md`, chain): the block time of block `h` is the time
+//! Definitions (`docs/chain.md` §11): the block time of block `h` is the time
 //! between the arrivals of `FinalizeBlock` `h - 1` and `h`. A snapshot taken in the
 //! `Commit` of height `s` delays block `s + 1`, and the proposal of `s + 2` was waiting
 //! for it: blocks `s + 1` and `s + 2` are "during" the snapshot, every other block is

@@ -1,4 +1,4 @@
-//! `docs/results/chain.json` and its CSV and PNG: the figures issue 17 names, the runs
+//! `docs/results/chain.json` and its CSV and PNG: the figures of `docs/chain.md` §11, the runs
 //! they come from, the machine, the command and the CometBFT settings that bound them.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Today's stores beside bavl on Workload B (issue 5): bavl's durable store, `jmt` 0.12
+//! Today's stores beside bavl on Workload B: bavl's durable store, `jmt` 0.12
 //! (on redb and on its in-memory mock), `nomt` 1.0.5, IAVL v1.2.4 (a Go program,
 //! `iavl-go/`) and a `BTreeMap` + SHA-256 floor replay the same generated block stream,
 //! each in its own child process and directory.

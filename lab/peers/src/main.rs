@@ -67,14 +67,14 @@ struct Cli {
 enum Cmd {
     /// Run the comparison (see `bavl-peers --help`).
     Run(RunArgs),
-    /// Each store's run inside a cgroup v1 memory limit (root): issue 20's measurement.
+    /// Each store's run inside a cgroup v1 memory limit (root): larger than memory.
     ///
     /// Per key count, the parent writes the block stream once; each store then runs in its
     /// own child process inside its own memory group (the limit, swappiness 0): the load in
     /// commits of --load-batch keys (or, with --preload, a loader outside the group and an
     /// open inside it), warm-up and measured blocks, a reopen. The kernel's counters (peak
     /// usage with page cache, limit hits, OOM kills) and the child's (VmHWM,
-    /// /proc/self/io over the measured blocks) go to the JSON, with issue 20's targets
+    /// /proc/self/io over the measured blocks) go to the JSON, with the targets
     /// computed under `targets`; an OOM kill is recorded with the keys loaded by then. A
     /// second child, outside the group, reads every key back and the final state must
     /// match. Needs root and /sys/fs/cgroup/memory.

@@ -1,5 +1,6 @@
-//! The `cgroup` subcommand (issue 20, section 2): each store's Workload B run inside a
-//! cgroup v1 memory limit, at one or more initial key counts, side by side in one run.
+//! The `cgroup` subcommand (larger than memory, against nomt): each store's Workload B run
+//! inside a cgroup v1 memory limit, at one or more initial key counts, side by side in one
+//! run.
 //!
 //! Per (key count, store): a fresh memory group with the limit ([`bavl_peers::cgroup`]),
 //! the usual child process joined to it, and afterwards the kernel's counters (peak usage,
@@ -107,7 +108,7 @@ struct Report<'a> {
     machine: &'a Machine,
     params: serde_json::Value,
     notes: Vec<&'static str>,
-    /// Issue 20's targets from these runs (`memtargets`).
+    /// The larger-than-memory targets from these runs (`memtargets`).
     targets: serde_json::Value,
     runs: &'a [RunRecord],
 }

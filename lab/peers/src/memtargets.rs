@@ -1,4 +1,4 @@
-//! Issue 20's targets, computed from the `cgroup` subcommand's runs (written under
+//! The larger-than-memory targets, computed from the `cgroup` subcommand's runs (written under
 //! `targets` in its JSON): each figure with the runs it comes from, its target and whether
 //! it is met. A figure whose runs are missing (not in this run, or failed) is `null` and
 //! not met.
@@ -36,7 +36,7 @@ fn target(value: Option<f64>, at_least: bool, goal: f64, from: &str) -> Value {
     json!({ "value": value.map(|v| round(v, 3)), "target": format!("{op} {goal}"), "met": met, "from": from })
 }
 
-/// Every target of issue 20's section 2 that these runs can give.
+/// Every larger-than-memory target that these runs can give.
 pub fn targets(runs: &[RunRecord]) -> Value {
     let m30 = 30_000_000;
     let ratio = |keys: u64, limit: u64| {

@@ -3,7 +3,8 @@
 //! the peer's server and its network link, as toxiproxy's latency toxic did before. Ours
 //! needs no Go toolchain, waits with `poll` (to the microsecond, where a socket timeout
 //! rounds up to the kernel's 4 ms tick) and spends its CPU in the kernel's TCP stack, not
-//! in per-packet goroutines: `docs/results/README.md` §7.
+//! in per-packet goroutines: `lab/notes/results-history.md`, "State sync over a network"
+//! (why the delay proxy changed).
 //!
 //! Per accepted connection the proxy connects to the upstream and runs, per direction, a
 //! thread that stamps each read with its arrival time and forwards it no earlier than

@@ -1,9 +1,9 @@
-//! State sync over a real network of namespaced hosts (issue 4 §4-§5): the Cosmos/IAVL-style
+//! State sync over a real network of namespaced hosts: the Cosmos/IAVL-style
 //! baseline ([`baseline`], served and fetched over HTTP by [`http`]), the state both sides
 //! serve ([`state`]), and the experiment runner that drives `bavl serve` / `bavl sync` and
 //! the baseline in `scripts/netlab.sh` namespaces ([`runner`], [`plot`]), and the delay
 //! proxy that gives the lab its latency ([`delay`]). Beside them, on loopback, the
-//! adversarial benchmark of issue 15 ([`adversarial`]: one honest server beside a crowd of
+//! adversarial benchmark ([`adversarial`]: one honest server beside a crowd of
 //! lying ones, [`crowd`], the `bavl sync` client measured as a child, [`child`]).
 #![forbid(unsafe_code)]
 

@@ -111,13 +111,13 @@ enum Cmd {
     },
     /// Runs the experiments in the netlab namespaces (root; builds the lab itself).
     Run(RunArgs),
-    /// Issue 15's figures on loopback: one honest `bavl serve` beside 0, 12 or 48 liars of
-    /// each adversarial kind, the real `bavl sync` measured (time, peak RSS, each source's
-    /// health) -> docs/results/sync-adversarial.json, docs/results/sync-adversarial/.
+    /// Sync against adversarial crowds, on loopback: one honest `bavl serve` beside 0, 12 or
+    /// 48 liars of each adversarial kind, the real `bavl sync` measured (time, peak RSS, each
+    /// source's health) -> docs/results/sync-adversarial.json, docs/results/sync-adversarial/.
     Adversarial(bavl_synclab::adversarial::cli::Args),
-    /// COUNT lying sources of one KIND (`bavl serve --byzantine`) over a `bavl export`
-    /// directory in this one process, on loopback ports: prints each URL, then `ready`;
-    /// serves until stdin ends.
+    /// COUNT lying sources of one KIND (as `bavl-harness serve-liar --byzantine` lies) over
+    /// a `bavl export` directory in this one process, on loopback ports: prints each URL,
+    /// then `ready`; serves until stdin ends.
     Crowd {
         #[arg(long)]
         kind: String,
@@ -142,10 +142,10 @@ struct RunArgs {
     /// Smoke run: 20k keys, 3 peers, 0 and 1 Byzantine, one repetition (~1-2 minutes).
     #[arg(long)]
     quick: bool,
-    /// Experiments, comma-separated: s7 (issue §7 figures), size, chunk, peers, byz, cpu
-    /// (s7's honest runs with no link limits: what the CPUs allow), honest (s7's honest bavl
-    /// run alone, for quick iterations), bavl7 (s7's bavl runs, 0, 1, 3 and 4 liars, without
-    /// the baseline), blind (s7's baseline
+    /// Experiments, comma-separated: s7 (the headline figures: 1M keys, 10 peers, 50 ms RTT,
+    /// 100 Mbit/s), size, chunk, peers, byz, cpu (s7's honest runs with no link limits: what
+    /// the CPUs allow), honest (s7's honest bavl run alone, for quick iterations), bavl7
+    /// (s7's bavl runs, 0, 1, 3 and 4 liars, without the baseline), blind (s7's baseline
     /// with 1 and 4 liars when nobody is exposed and a random peer is dropped instead).
     #[arg(long, default_value = "s7,size,chunk,peers,byz", value_delimiter = ',')]
     exp: Vec<String>,

@@ -1,6 +1,7 @@
 //! Damage that spares the newest version, and damage reported against the file that
-//! holds it (issue 16, items 2, 6, 7 and 8): every case is found by `check` (a problem
-//! or, where a crash could have left it, a note) and opening names the damaged file.
+//! holds it (the store's hardening against damaged files): every case is found by `check`
+//! (a problem or, where a crash could have left it, a note) and opening names the damaged
+//! file.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,9 @@
-//! Who may open a store directory, and what a read-only open may touch (issue 16, items
-//! 1, 4 and 5): the lock is on the directory itself, a writer whose directory is replaced
-//! stops writing, only an empty directory becomes a store, and a read-only open makes no
-//! change at all (proved on a backend that refuses every change, as a read-only mount
-//! does, and by every file's identity, size and time staying the same).
+//! Who may open a store directory, and what a read-only open may touch (the store's
+//! hardening against careless operators): the lock is on the directory itself, a writer
+//! whose directory is replaced stops writing, only an empty directory becomes a store, and
+//! a read-only open makes no change at all (proved on a backend that refuses every change,
+//! as a read-only mount does, and by every file's identity, size and time staying the
+//! same).
 
 use std::collections::BTreeMap;
 use std::io;

@@ -1,4 +1,4 @@
-//! Power loss and a failing `fsync` (issue 16).
+//! Power loss and a failing `fsync` (what the store assumes of the disk: `docs/design.md`).
 //!
 //! Power loss: a recording backend keeps, per file, what was written and what was
 //! synced, and per directory the names as they are and as last synced. Before every

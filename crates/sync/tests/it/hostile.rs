@@ -1,4 +1,4 @@
-//! Hostile sources on real loopback sockets (issue 15, `docs/sync-adversarial.md`): each
+//! Hostile sources on real loopback sockets (`docs/sync-adversarial.md`): each
 //! adversarial kind of `Server::byzantine` beside one honest `Server`, synced through
 //! `bavl_sync::http::download` with a short grace. Every sync must complete with the exact
 //! root within a bound set by the honest source and the grace, not by the liars; every

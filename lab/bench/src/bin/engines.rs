@@ -1,4 +1,4 @@
-//! The storage-engine measurement behind the store's on-disk design (docs/design.md §7).
+//! The storage-engine measurement behind the store's on-disk design (docs/design.md §8.6).
 //!
 //! Same Workload B blocks (10k operations: 40% inserts, 50% updates, 10% deletes over a
 //! state of `--keys` 20-byte keys with 100-byte values), one durable commit per block, on:

@@ -9,7 +9,7 @@ use bavl_sync::http::Byzantine;
 
 use super::Config;
 
-/// `bavl-synclab adversarial`: issue 15's figures (see `docs/sync-adversarial.md`).
+/// `bavl-synclab adversarial`: sync against crowds of liars (see `docs/sync-adversarial.md`).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Smoke run: 20k keys, drip-head, no-chunk-zero and gzip-manifest, 12 liars, one
@@ -62,7 +62,7 @@ pub struct Args {
 }
 
 /// Runs the benchmark and writes its outputs. Exit 1 if a sync failed (or, `--strict`,
-/// any target of the issue is missed).
+/// any target is missed).
 pub fn main(args: &Args) -> Result<ExitCode> {
     let exe = std::env::current_exe().context("locating this binary")?;
     let bavl = args.bavl.clone().unwrap_or_else(|| exe.with_file_name("bavl"));

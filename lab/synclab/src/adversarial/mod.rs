@@ -1,6 +1,6 @@
-//! `bavl-synclab adversarial`: the figures of issue 15. For each state size, one honest
-//! `bavl serve --dir` process beside a crowd process of 0, 12 or 48 liars of one
-//! adversarial kind (`bavl-synclab crowd`), and the real `bavl sync` binary as a measured
+//! `bavl-synclab adversarial`: sync against crowds of adversarial sources. For each state
+//! size, one honest `bavl serve --dir` process beside a crowd process of 0, 12 or 48 liars
+//! of one adversarial kind (`bavl-synclab crowd`), and the real `bavl sync` binary as a measured
 //! child: wall time, peak RSS and CPU of the client, and each source's final health from
 //! its `--json` summary.
 //!

@@ -1,5 +1,5 @@
-//! The adversarial benchmark's outputs: the JSON document with the summary
-//! fields, the CSV of every case, and one PNG per state size (each kind's sync time over
+//! The adversarial benchmark's outputs: the JSON document with the summary against the
+//! targets, the CSV of every case, and one PNG per state size (each kind's sync time over
 //! the honest time against the number of liars, beside the time bound).
 
 use std::path::Path;
@@ -15,7 +15,7 @@ use super::{Case, Config, Honest, BUDGET, CAPACITY};
 use crate::plot::{draw_y, Series};
 
 /// The JSON document: command, machine, commit, date, honest figures, every case, and the
-/// issue's summary fields.
+/// summary against the targets (`docs/sync-adversarial.md`).
 pub fn document(cfg: &Config, honest: &[Honest], cases: &[Case], quick: bool) -> Value {
     let liar_cases = || cases.iter().filter(|c| c.liars > 0);
     let is_honest_kind = |c: &&Case| c.kind.parse::<Byzantine>().is_ok_and(Byzantine::is_honest);

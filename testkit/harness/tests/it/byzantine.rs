@@ -1,7 +1,8 @@
-//! Issue 4 §3 over real sockets: `bavl sync` from one `bavl serve --byzantine KIND` process
-//! and one honest `bavl serve` process on loopback completes with the trusted root, and its
-//! JSON summary names the liar banned (dropped, for `http-error`: a 5xx is transient by the
-//! policy). One test per kind, and every kind at once beside one honest source.
+//! The peer policy over real sockets: `bavl sync` from one `bavl-harness serve-liar
+//! --byzantine KIND` process and one honest `bavl serve` process on loopback completes with
+//! the trusted root, and its JSON summary names the liar banned (dropped, for `http-error`:
+//! a 5xx is transient by the policy). One test per kind, and every kind at once beside one
+//! honest source.
 //!
 //! The liars of the one-liar tests serve a store (`--db`), the honest source an export
 //! directory (`--dir`); in the all-at-once test it is the other way round, so both

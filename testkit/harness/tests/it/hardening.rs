@@ -1,4 +1,4 @@
-//! The store commands as a careless or hostile operator meets them (issue 16): a reader
+//! The store commands as a careless or hostile operator meets them: a reader
 //! that goes away, a second writer after `rm LOCK`, a writer whose directory is moved, a
 //! directory of another program, and a store on a read-only mount.
 

@@ -1,6 +1,6 @@
 //! Byzantine serving, a test facility: a [`super::Server`] that lies in one fixed way
-//! (`bavl serve --byzantine KIND`), so the peer policy of `docs/sync-protocol.md` §5 can
-//! be exercised against real processes on real sockets.
+//! (`bavl-harness serve-liar --byzantine KIND`), so the peer policy of
+//! `docs/sync-protocol.md` §5 can be exercised against real processes on real sockets.
 //!
 //! Each kind tells its lie where it reaches the syncing node: the body lies
 //! (`wrong-bytes` … `redirect-loop`) on every chunk request, with honest listings and
@@ -29,7 +29,7 @@ use std::time::Duration;
 pub(super) use lies::{Answer, Liar};
 
 /// How a Byzantine server lies. Names (`Display`, `FromStr`) are the kebab-case ones of
-/// `bavl serve --byzantine`.
+/// `bavl-harness serve-liar --byzantine`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Byzantine {
     /// Each chunk with one byte flipped (at a position that varies with the index).
@@ -156,7 +156,7 @@ impl Byzantine {
         k
     };
 
-    /// The kind's name, as `bavl serve --byzantine` takes it.
+    /// The kind's name, as `bavl-harness serve-liar --byzantine` takes it.
     pub fn name(self) -> &'static str {
         match self {
             Byzantine::WrongBytes => "wrong-bytes",
