@@ -138,7 +138,7 @@ impl Report {
         let mut machine = self.machine.clone();
         machine.finish();
         let doc = json!({
-            "what": "issue 17 section 4: the AVL* paper's chain experiments on a real CometBFT network",
+            "what": "the AVL* paper's chain experiments on a real CometBFT network",
             "command": command,
             "machine": machine,
             "cometbft": self.cometbft,

@@ -1,4 +1,4 @@
-//! `bavl-clusterlab`: the DynaTree experiments (issue 19 §6) on real `bavl-cluster` node
+//! `bavl-clusterlab`: the DynaTree experiments (the DynaTree paper §6) on real `bavl-cluster` node
 //! processes over loopback TCP with fsynced Raft logs, written to
 //! `docs/results/cluster.json` with CSV and PNG under `docs/results/cluster/`.
 //!
@@ -79,13 +79,6 @@ enum Cmd {
     Probe(probe::ProbeArgs),
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| ".".into())
-}
-
 /// `--work`, relative to the repository's root unless absolute.
 fn work_dir(root: &Path, a: &RunArgs) -> PathBuf {
     if a.work.is_absolute() {
@@ -110,11 +103,11 @@ fn main() -> Result<()> {
             Ok(())
         }
         Some(Cmd::Probe(p)) => {
-            let work = work_dir(&repo_root(), &cli.run);
+            let work = work_dir(&bavl_labkit::repo_root(), &cli.run);
             runtime()?.block_on(probe::run(&cli.run, &p, &work))
         }
         None => {
-            let root = repo_root();
+            let root = bavl_labkit::repo_root();
             let a = cli.run;
             let out = a.out.clone().unwrap_or_else(|| {
                 if a.quick {

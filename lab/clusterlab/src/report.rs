@@ -1,5 +1,5 @@
 //! `cluster.json` and its CSV and PNG: the per-operation costs measured per phase, the
-//! model calibrated on them, the targets issue 19 names, and the raw counters of every
+//! model calibrated on them, the cluster's targets, and the raw counters of every
 //! phase. Every figure sits in a section whose `kind` is `measured` or `modelled`.
 
 use std::path::Path;
@@ -318,7 +318,7 @@ pub fn write(s: &Setup, r: &Results, out: &Path, elapsed: f64) -> Result<()> {
         .collect();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let doc = json!({
-        "experiment": "DynaTree experiments (issue 19 section 6) on real bavl-cluster node processes",
+        "experiment": "DynaTree experiments (the paper's section 6) on real bavl-cluster node processes",
         "command": command,
         "machine": machine(),
         "elapsed_s": elapsed,

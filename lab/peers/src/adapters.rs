@@ -73,7 +73,7 @@ pub const STORES: &[StoreInfo] = &[
     StoreInfo {
         name: "bavl-paged-cached",
         peer: false,
-        description: "bavl-paged with a budget no state here reaches (1 TiB): paging on, every body cached; against `bavl`, what the paged code path costs when nothing is evicted (issue 20's cached_1m_ratio)",
+        description: "bavl-paged with a budget no state here reaches (1 TiB): paging on, every body cached; against `bavl`, what the paged code path costs when nothing is evicted (the paged benchmark's cached_1m_ratio)",
         durability: "one log record per block, fdatasync before commit() returns",
         feature: None,
     },

@@ -101,7 +101,6 @@ pub struct CgroupArgs {
 #[derive(Serialize)]
 struct Report<'a> {
     benchmark: &'static str,
-    issue: u32,
     command: String,
     date_unix_s: u64,
     wall_time_s: f64,
@@ -408,8 +407,7 @@ fn write(
     wall_s: f64,
 ) -> Result<()> {
     let rep = Report {
-        benchmark: "paged: Workload B inside a cgroup v1 memory limit (issue 20)",
-        issue: 20,
+        benchmark: "paged: Workload B inside a cgroup v1 memory limit (larger than memory)",
         command: command.to_string(),
         date_unix_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -23,7 +23,7 @@ pub fn document(cfg: &Config, honest: &[Honest], cases: &[Case], quick: bool) ->
     let honest_kinds_caught: usize =
         liar_cases().filter(is_honest_kind).map(|c| c.banned + c.dropped).sum();
     json!({
-        "what": "issue 15: one honest `bavl serve` beside 0, 12 or 48 sources of each adversarial kind (docs/sync-adversarial.md), synced by the real `bavl sync` on loopback; sync time over the all-honest time, the client's peak RSS, each liar's final health",
+        "what": "sync against adversarial crowds: one honest `bavl serve` beside 0, 12 or 48 sources of each adversarial kind (docs/sync-adversarial.md), synced by the real `bavl sync` on loopback; sync time over the all-honest time, the client's peak RSS, each liar's final health",
         "command": cfg.command,
         "quick": quick,
         "machine": Machine::at_end(),

@@ -11,7 +11,7 @@ fn committed_vectors_match_the_code() {
         .args(["vectors", "--check", "--out"])
         .arg(&file)
         .output()
-        .expect("run bavl vectors --check");
+        .expect("run bavl-harness vectors --check");
     assert!(
         out.status.success(),
         "bavl-harness vectors --check failed; regenerate with `cargo run -p bavl-harness -- vectors`\nstdout: {}\nstderr: {}",
@@ -28,7 +28,7 @@ fn check_fails_on_a_stale_file() {
         .args(["vectors", "--check", "--out"])
         .arg(&file)
         .output()
-        .expect("run bavl vectors --check")
+        .expect("run bavl-harness vectors --check")
         .status;
     let _ = std::fs::remove_file(&file);
     assert!(!status.success(), "--check accepted a stale file");
