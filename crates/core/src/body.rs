@@ -72,6 +72,18 @@ impl Body {
         self.hashed_with = Some(H::NAME);
     }
 
+    /// The chunk hash of this body with `H` (computed once, then cached): what a store
+    /// that builds chunks itself (a bulk import) records in its skeleton.
+    pub fn chunk_hash<H: Hasher>(&mut self) -> Digest {
+        self.prehash::<H>();
+        self.chunk.rehash::<H>()
+    }
+
+    /// The first key.
+    pub fn first_key(&self) -> &[u8] {
+        self.chunk.first_key()
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.chunk.len()

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crate::error::RestoreError;
-use crate::hash::{check_key, root_hash, Digest, Hasher, EMPTY_TOP};
+use crate::hash::{check_key, Digest, Hasher};
 use crate::node::{Node, Page};
 use crate::restore::link;
 use crate::tree::Tree;
@@ -61,6 +61,26 @@ impl<H: Hasher> Tree<H> {
         root: Digest,
         entries: impl IntoIterator<Item = SkeletonEntry>,
     ) -> Result<Tree<H>, RestoreError> {
+        let mut tree = Tree::link_skeleton(capacity, entries)?;
+        if tree.root_hash() != root {
+            return Err(RestoreError::Inconsistent(
+                "the skeleton's root differs from the trusted root",
+            ));
+        }
+        Ok(tree)
+    }
+
+    /// A tree whose every chunk is absent, from its skeleton records in order, with no
+    /// root to compare against: the records' bounds, order and key-heights are checked as
+    /// by [`Tree::from_skeleton`], and the root is whatever they give. For a writer that
+    /// built the chunks itself (a bulk import), which learns the root this way.
+    pub fn link_skeleton(
+        capacity: u32,
+        entries: impl IntoIterator<Item = SkeletonEntry>,
+    ) -> Result<Tree<H>, RestoreError> {
+        if !(crate::MIN_CAPACITY..=crate::MAX_CAPACITY).contains(&capacity) {
+            return Err(RestoreError::Inconsistent("a capacity out of bounds"));
+        }
         let mut prev: Option<Box<[u8]>> = None;
         let mut bad = None;
         let nodes = entries.into_iter().map_while(|e| {
@@ -83,17 +103,7 @@ impl<H: Hasher> Tree<H> {
         if let Some(e) = bad {
             return Err(e);
         }
-        let mut tree = Tree::from_root(top, capacity, true);
-        let expected = match &tree.root {
-            None => root_hash::<H>(capacity, &EMPTY_TOP),
-            Some(_) => tree.root_hash(),
-        };
-        if expected != root {
-            return Err(RestoreError::Inconsistent(
-                "the skeleton's root differs from the trusted root",
-            ));
-        }
-        Ok(tree)
+        Ok(Tree::from_root(top, capacity, true))
     }
 
     /// The memory of the skeleton and of the resident bodies (walks the whole tree).

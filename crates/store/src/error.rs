@@ -32,6 +32,13 @@ pub enum StoreError {
     /// Options that do not fit the store or each other.
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// The directory holds an unfinished ingest or import (`docs/design.md` §8.8): it is
+    /// not a store until [`crate::Ingest::finish`] makes it one.
+    #[error("{0}")]
+    UnfinishedIngest(String),
+    /// [`crate::Ingest::finish`] before every chunk was added (nothing was written).
+    #[error("the ingest misses {missing} of {count} chunks (the first missing: {first})")]
+    IngestIncomplete { missing: u64, count: u64, first: u64 },
     /// A limit of the store's formats was reached (a paged store's chunk file numbers:
     /// `docs/design.md` §8.5.1); nothing was written past it.
     #[error("store limit reached: {0}")]

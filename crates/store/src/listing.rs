@@ -24,6 +24,10 @@ pub(crate) struct Listing {
 
 pub(crate) fn list(backend: &dyn Backend) -> Result<Listing, StoreError> {
     let names = backend.list().ctx(|| format!("listing {}", backend.describe()))?;
+    // Never a store while an ingest is unfinished (`docs/design.md` §8.8).
+    if names.iter().any(|n| n == crate::ingest::JOURNAL_FILE) {
+        return Err(crate::ingest::refusal(backend));
+    }
     let mut l = Listing {
         checkpoints: Vec::new(),
         skeletons: Default::default(),

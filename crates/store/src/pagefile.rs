@@ -117,6 +117,24 @@ impl PageFile {
         Ok(Arc::new(PageFile { kind, end, entries, name }))
     }
 
+    /// The existing chunk file `id`, cut to its first `len` bytes (what a record names
+    /// as durable; anything after is an unnamed tail) and reopened for appending after
+    /// them, `entries` entries written to it so far (an ingest resumed, `ingest.rs`).
+    pub(crate) fn reopen_durable(
+        backend: &Arc<dyn Backend>,
+        id: u64,
+        len: u64,
+        entries: u64,
+    ) -> Result<Arc<PageFile>, StoreError> {
+        let name = crate::meta::chunk_file_name(id);
+        let file = backend.open_append(&name, len).ctx(|| format!("reopening {name}"))?;
+        let buf = Vec::with_capacity(FLUSH_BYTES + (16 << 10));
+        let writer = Mutex::new(Some(Appender { file, buf, at: len, failed: false }));
+        let kind = Kind::Durable { backend: backend.clone(), writer };
+        let (end, entries) = (AtomicU64::new(len), AtomicU64::new(entries));
+        Ok(Arc::new(PageFile { kind, end, entries, name }))
+    }
+
     /// The existing chunk file `id`, `len` bytes long, for reading.
     pub(crate) fn open_durable(backend: &Arc<dyn Backend>, id: u64, len: u64) -> Arc<PageFile> {
         let kind = Kind::Durable { backend: backend.clone(), writer: Mutex::new(None) };
@@ -169,6 +187,23 @@ impl PageFile {
                 a.file.sync().ctx(|| format!("syncing {}", self.name))?;
             }
             *w = None;
+        }
+        Ok(())
+    }
+
+    /// Makes every record appended so far durable (`fdatasync`), keeping the file open
+    /// for appending. A failed write ends the file for appending, as in `append`.
+    pub(crate) fn sync(&self) -> Result<(), StoreError> {
+        if let Kind::Durable { writer, .. } = &self.kind {
+            let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(a) = w.as_mut() else {
+                return Err(StoreError::Poisoned(format!("{} is sealed", self.name)));
+            };
+            a.flush().ctx(|| format!("writing {}", self.name))?;
+            // After a failed sync the page cache no longer says what is on disk.
+            a.failed = true;
+            a.file.sync().ctx(|| format!("syncing {}", self.name))?;
+            a.failed = false;
         }
         Ok(())
     }

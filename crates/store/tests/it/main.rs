@@ -7,6 +7,7 @@ mod damage;
 mod faults;
 mod import;
 mod lock;
+mod ingest;
 mod paged;
 mod paged_reopen;
 mod paged_retained;
