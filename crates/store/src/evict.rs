@@ -3,15 +3,100 @@
 //! less what retained versions hold alone and what the commit loaded) by a clock sweep:
 //! one walk from the hand picks clean bodies to drop (appending a changed one to the
 //! current chunk file first), and only those are paged out.
+//!
+//! Within a block (a live writer's inserts, removes and reads, or a version replayed on
+//! open) the same pass runs as soon as what was loaded and written since the last pass
+//! may have taken the bodies past the budget ([`Pager::relieve`]): the bodies held never
+//! depend on how large one block is.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
-use bavl_core::{SkeletonStats, Tree};
+use bavl_core::{SkeletonStats, Snapshot, Tree};
 
-use crate::paging::Pager;
+use crate::paging::{unpin_beside, Pager};
 use crate::StoreError;
 
+/// The least growth between two eviction passes within a block, so that a budget far
+/// smaller than a chunk (tests run with 0) does not walk the tree at every operation.
+pub(crate) const MIN_STEP: u64 = 256 << 10;
+/// What an operation is counted to grow the bodies by beyond twice its key and value
+/// (an entry, its level hash, a split's new chunk spread over the operations).
+const OP_OVERHEAD: u64 = 128;
+/// The most operations of a replayed version prefetched at once.
+const MAX_SLICE: u64 = 4096;
+/// The mean body assumed before any was loaded (a 64-entry chunk of 120-byte entries).
+const ASSUMED_BODY: u64 = 8 << 10;
+
 impl Pager {
+    /// Counts an operation of `bytes` of key and value about to be applied towards the
+    /// growth that triggers [`Pager::relieve`].
+    pub(crate) fn note_op(&mut self, bytes: u64) {
+        self.grown += 2 * bytes + OP_OVERHEAD;
+    }
+
+    /// Whether the bodies loaded and written since the last pass may have taken the
+    /// working tree's resident bodies past the budget.
+    pub(crate) fn over_budget(&self) -> bool {
+        let permille = self.stats.slack_permille.max(1000);
+        let budget = (self.budget as u128 * 1000 / permille as u128) as u64;
+        self.grown >= MIN_STEP && self.stats.resident_bytes + self.grown > budget
+    }
+
+    /// Between two operations of a block (never a version, so nothing records this
+    /// state): when [`Pager::over_budget`], hashes `tree`, evicts it to half the budget
+    /// and makes the retained `versions` let go of the bodies on disk it no longer holds
+    /// (beside `tree` as it stands), as a commit does. Changes no hash and no key.
+    pub(crate) fn relieve(
+        &mut self,
+        tree: &mut Tree,
+        versions: &mut BTreeMap<u64, Snapshot>,
+    ) -> Result<(), StoreError> {
+        if !self.over_budget() {
+            return Ok(());
+        }
+        self.relieve_now(tree, versions)
+    }
+
+    /// [`Pager::relieve`] whether or not over budget (to make room for a prefetch).
+    pub(crate) fn relieve_now(
+        &mut self,
+        tree: &mut Tree,
+        versions: &mut BTreeMap<u64, Snapshot>,
+    ) -> Result<(), StoreError> {
+        tree.root_hash();
+        self.stats.mid_evictions += 1;
+        self.evict_to(tree, self.budget / 2)?;
+        // Hashed just above: O(1). Dropped at once; the versions share its nodes.
+        let now = tree.snapshot();
+        let pinned = unpin_beside(versions.values_mut().rev(), now);
+        self.set_pinned(pinned);
+        Ok(())
+    }
+
+    /// How many operations of a replayed version to prefetch at once: about a quarter of
+    /// the budget of bodies (three chunks an operation at most: its own and the two
+    /// neighbours a full one evens out over), between 1 and [`MAX_SLICE`].
+    pub(crate) fn slice_ops(&self) -> usize {
+        let mean = match self.stats.loads {
+            0 => ASSUMED_BODY,
+            n => (self.loaded_total / n).max(1),
+        };
+        (self.budget / 4 / (3 * mean)).clamp(1, MAX_SLICE) as usize
+    }
+
+    /// Whether a prefetch of `ops` more operations fits beside what is held: in the
+    /// budget, or in [`MIN_STEP`] if the budget is smaller (what [`Pager::relieve`] lets
+    /// the bodies grow by anyway).
+    pub(crate) fn prefetch_fits(&self, ops: usize) -> bool {
+        let mean = match self.stats.loads {
+            0 => ASSUMED_BODY,
+            n => (self.loaded_total / n).max(1),
+        };
+        let room = self.budget.max(MIN_STEP);
+        self.stats.resident_bytes + self.grown + 3 * mean * ops as u64 <= room
+    }
+
     /// Evicts chunks of the (fully hashed) `tree`, sweeping from the clock hand, until its
     /// resident bodies fit the budget; a body with no location is appended to the page
     /// file first. Bodies shared with retained versions are freed when those are pruned.
@@ -25,13 +110,20 @@ impl Pager {
     /// With the allocator's slack counted (`crate::slack`), the budget is first divided
     /// by the memory the process gained per byte counted.
     pub(crate) fn evict(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
+        self.evict_to(tree, u64::MAX)
+    }
+
+    /// [`Pager::evict`] to at most `cap` bytes of resident bodies.
+    fn evict_to(&mut self, tree: &mut Tree, cap: u64) -> Result<(), StoreError> {
         let s = tree.skeleton_stats();
         let mut resident = s.resident_bytes;
+        self.stats.peak_resident_bytes = self.stats.peak_resident_bytes.max(resident);
+        self.grown = 0;
         let factor = self.slack.factor(resident + self.pinned, s.skeleton_bytes, self.budget);
         self.stats.slack_permille = self.slack.permille();
         let budget = (self.budget as f64 / factor) as u64;
         let room = self.pinned + std::mem::take(&mut self.loaded_bytes);
-        let target = budget.saturating_sub(room).max(budget / 4);
+        let target = budget.saturating_sub(room).max(budget / 4).min(cap);
         let mut skeleton = s.skeleton_bytes;
         if resident > target {
             // Pick in one walk from the hand (wrapping once), then page out: a descent

@@ -252,9 +252,14 @@ impl Store {
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
         self.writable()?;
         self.record.check_room(key, value.len())?;
-        if let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) {
-            let needs = self.tree.absent_for_insert(key);
-            p.load(&mut self.tree, needs)?;
+        if let Some(p) = &mut self.pager {
+            // Bounded within the block too, not only after the commit (design §8.5.1).
+            p.relieve(&mut self.tree, &mut self.versions)?;
+            if self.tree.is_paged() {
+                let needs = self.tree.absent_for_insert(key);
+                p.load(&mut self.tree, needs)?;
+            }
+            p.note_op((key.len() + value.len()) as u64);
         }
         let new = self.tree.insert(key, value)?;
         self.record.put(key, value);
@@ -266,9 +271,13 @@ impl Store {
     pub fn remove(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.writable()?;
         self.record.check_room(key, 0)?;
-        if let Some(p) = self.pager.as_mut().filter(|_| self.tree.is_paged()) {
-            let needs = self.tree.absent_for_remove(key);
-            p.load(&mut self.tree, needs)?;
+        if let Some(p) = &mut self.pager {
+            p.relieve(&mut self.tree, &mut self.versions)?;
+            if self.tree.is_paged() {
+                let needs = self.tree.absent_for_remove(key);
+                p.load(&mut self.tree, needs)?;
+            }
+            p.note_op(key.len() as u64);
         }
         let old = self.tree.try_remove(key)?;
         if old.is_some() {

@@ -333,27 +333,23 @@ fn rebuild(
                     }
                     let first_after_checkpoint =
                         version == base + 1 && recovery.checkpoint.is_some();
-                    if let Some(p) = pager.as_deref_mut() {
-                        // The version's chunks on several threads first (a record of
-                        // 10,000 operations reloaded one at a time took seconds).
-                        p.prefetch(&mut tree, wal::record_keys(&body))?;
-                    }
-                    let mut load = |t: &mut Tree, needs| match pager.as_deref_mut() {
-                        Some(p) => p.load(t, needs),
-                        None => Ok(()),
+                    let applied = replay_record(
+                        &mut tree,
+                        &body,
+                        &name,
+                        offset,
+                        pager.as_deref_mut(),
+                        &mut versions,
+                    );
+                    let root = match applied {
+                        // A delete of a key the checkpoint does not have: as a wrong root.
+                        Err(StoreError::Corrupted { what, .. })
+                            if first_after_checkpoint && what == wal::ABSENT_DELETE =>
+                        {
+                            return Err(two_histories(backend, l, base, &name, offset, &through));
+                        }
+                        r => r?,
                     };
-                    let (root, _) =
-                        match wal::apply_loading(&mut tree, &body, &name, offset, &mut load) {
-                            // A delete of a key the checkpoint does not have: as a wrong root.
-                            Err(StoreError::Corrupted { what, .. })
-                                if first_after_checkpoint && what == wal::ABSENT_DELETE =>
-                            {
-                                return Err(two_histories(
-                                    backend, l, base, &name, offset, &through,
-                                ));
-                            }
-                            r => r?,
-                        };
                     let actual = tree.root_hash();
                     if actual != root && first_after_checkpoint {
                         return Err(two_histories(backend, l, base, &name, offset, &through));
@@ -422,3 +418,50 @@ fn rebuild(
     }
     Ok(Rebuilt { tree, head, head_root, versions, tail, log_since_checkpoint, recovery, named })
 }
+
+/// Applies a logged version to `tree`; returns the root its record names. Paged, in
+/// slices of [`Pager::slice_ops`] operations: each slice's chunks are prefetched, and
+/// before each operation the pager evicts if what was loaded and written since its last
+/// pass may have passed the budget ([`Pager::relieve`], which also lets the retained
+/// `versions` go of what it evicts). So the bodies held never depend on the size of the
+/// version. The state between two slices is never a version: only the final root is
+/// compared with the record's, by the caller.
+fn replay_record(
+    tree: &mut Tree,
+    body: &[u8],
+    name: &str,
+    offset: u64,
+    pager: Option<&mut Pager>,
+    versions: &mut BTreeMap<u64, Snapshot>,
+) -> Result<Digest, StoreError> {
+    let Some(p) = pager else { return Ok(wal::apply(tree, body, name, offset)?.0) };
+    let (root, _, mut ops) = wal::Ops::parse(body, name, offset)?;
+    let mut slice = Vec::new();
+    loop {
+        slice.clear();
+        for op in ops.by_ref().take(p.slice_ops()) {
+            slice.push(op?);
+        }
+        if slice.is_empty() {
+            break;
+        }
+        if slice.len() >= MIN_PREFETCH && tree.is_paged() {
+            // The slice's chunks on several threads first (a record of 10,000 operations
+            // reloaded one at a time took seconds).
+            if !p.prefetch_fits(slice.len()) {
+                p.relieve_now(tree, versions)?;
+            }
+            p.prefetch(tree, slice.iter().map(|op| op.key()))?;
+        }
+        for &op in &slice {
+            p.relieve(tree, versions)?;
+            p.note_op(op.bytes());
+            ops.apply(tree, op, &mut |t, needs| p.load(t, needs))?;
+        }
+    }
+    ops.finish()?;
+    Ok(root)
+}
+
+/// A replayed slice shorter than this loads its chunks as its operations meet them.
+const MIN_PREFETCH: usize = 16;

@@ -40,6 +40,15 @@ pub type OwnedEntry = (Vec<u8>, Vec<u8>);
 /// versions it rebuilds do not hold every body the replay loaded either.
 pub(crate) fn unpin(versions: &mut std::collections::BTreeMap<u64, Snapshot>, head: u64) -> u64 {
     let Some(head_snap) = versions.get(&head).cloned() else { return 0 };
+    unpin_beside(versions.range_mut(..head).rev().map(|(_, s)| s), head_snap)
+}
+
+/// [`unpin`] of `older` (newest first) beside `head`, which need not be one of them (the
+/// working tree within a block, [`Pager::relieve`]).
+pub(crate) fn unpin_beside<'a>(
+    older: impl Iterator<Item = &'a mut Snapshot>,
+    head_snap: Snapshot,
+) -> u64 {
     // Whether the head holds a body: one descent by its first key, asked only of the
     // bodies the descents below meet where a version differs from the one after it.
     let live = |id: usize, first: &[u8]| head_snap.holds_body(id, first);
@@ -51,7 +60,7 @@ pub(crate) fn unpin(versions: &mut std::collections::BTreeMap<u64, Snapshot>, he
     // next one no longer holds the head cannot hold again (a body read back is a new
     // one), and those it shares were counted with the next one.
     let mut next = head_snap.clone();
-    for (_, snap) in versions.range_mut(..head).rev() {
+    for snap in older {
         // One descent beside it, skipping what they share: bodies on disk that the head
         // let go made absent, those never written counted (design §8.5.1).
         *snap = snap.unpinned_beside(Some(&next), live, |id, bytes| {
@@ -104,6 +113,13 @@ pub struct PagingStats {
     /// Heap bytes of bodies that only retained versions hold (never written, so they
     /// cannot be made absent there), after the last commit.
     pub pinned_bytes: u64,
+    /// The most heap bytes of resident bodies the working tree held when an eviction pass
+    /// began (after a commit, or within a block or a replayed version when the bodies
+    /// loaded and written since the last pass passed the budget): the peak of the cache.
+    pub peak_resident_bytes: u64,
+    /// Eviction passes run within a block or a replayed version ([`Pager::relieve`]),
+    /// not after a commit.
+    pub mid_evictions: u64,
 }
 
 /// Loads and evicts the working tree's chunk bodies against a budget.
@@ -130,6 +146,12 @@ pub(crate) struct Pager {
     pub(crate) pinned: u64,
     /// Heap bytes of the bodies loaded since the last eviction (a block's loads).
     pub(crate) loaded_bytes: u64,
+    /// What the working tree's resident bodies may have grown by since the last eviction
+    /// pass: bodies loaded, and twice the bytes of every operation applied (an insert
+    /// may grow a chunk's buffers by doubling them, or split it).
+    pub(crate) grown: u64,
+    /// Heap bytes of bodies the loads counted so far (with `stats.loads`: the mean body).
+    pub(crate) loaded_total: u64,
     /// The clock hand: the next chunk index the eviction sweep looks at.
     pub(crate) hand: u64,
     /// The threads parallel loads read on (`readpool`), started by the first.
@@ -147,7 +169,7 @@ impl Pager {
         let (gen, dir, retiring, buf) = (1, dir.to_path_buf(), Vec::new(), Vec::new());
         let stats = PagingStats::default();
         let min_compact = crate::compact::MIN_FILE;
-        let (pinned, loaded_bytes) = (0, 0);
+        let (pinned, loaded_bytes, grown, loaded_total) = (0, 0, 0, 0);
         Ok(Pager {
             files,
             gen,
@@ -160,6 +182,8 @@ impl Pager {
             min_compact,
             pinned,
             loaded_bytes,
+            grown,
+            loaded_total,
             hand: 0,
             pool: None,
             slack: SlackGauge::new(false),
@@ -303,7 +327,10 @@ impl Pager {
     /// eviction.
     pub(crate) fn loaded(&mut self, tree: &Tree, index: u64) {
         self.stats.loads += 1;
-        self.loaded_bytes += tree.chunk_ref(index).map_or(0, |c| c.heap_bytes() as u64 + 16);
+        let bytes = tree.chunk_ref(index).map_or(0, |c| c.heap_bytes() as u64 + 16);
+        self.loaded_bytes += bytes;
+        self.grown += bytes;
+        self.loaded_total += bytes;
     }
 }
 
@@ -336,9 +363,12 @@ impl Store {
     /// [`StoreError::Corrupted`], never an answer, and a key is never reported absent
     /// because its chunk is not in memory. Without paging it only reads.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>, StoreError> {
-        let missing = self.tree.try_get(key).err();
-        if let (Some(p), Some(page)) = (&mut self.pager, missing) {
-            p.load(&mut self.tree, vec![page])?;
+        if let (Some(p), Err(_)) = (&mut self.pager, self.tree.try_get(key)) {
+            // Reads are bounded as writes are: a read-only store never commits.
+            p.relieve(&mut self.tree, &mut self.versions)?;
+            if let Err(page) = self.tree.try_get(key) {
+                p.load(&mut self.tree, vec![page])?;
+            }
         }
         Ok(self.tree.get(key).map_err(InputError::from)?)
     }
@@ -354,7 +384,10 @@ impl Store {
             let Some(p) = &mut self.pager else {
                 return Err(InputError::NotResident { index: missing.index }.into());
             };
-            p.load(&mut self.tree, vec![missing])?;
+            p.relieve(&mut self.tree, &mut self.versions)?;
+            if let Err(page) = self.tree.try_first_from(lo) {
+                p.load(&mut self.tree, vec![page])?;
+            }
         }
     }
 

@@ -132,10 +132,21 @@ impl Store {
     /// new key into a full one needs; anything else an operation needs (a neighbour after
     /// the block's own splits, a remove's) it loads itself. Returns how many chunks were
     /// loaded; a no-op without paging. Each body is verified as on any load.
+    ///
+    /// Within the budget: the keys are prefetched in slices, in order, while the bodies
+    /// a slice may load (three chunks a key, of the mean size loaded so far) fit beside
+    /// those held; the chunks of the keys after that load as the operations meet them
+    /// (`docs/design.md` §8.5.1).
     pub fn prefetch<K: AsRef<[u8]>>(&mut self, keys: &[K]) -> Result<usize, StoreError> {
-        match &mut self.pager {
-            Some(p) => p.prefetch(&mut self.tree, keys.iter().map(|k| k.as_ref())),
-            None => Ok(0),
+        let Some(p) = &mut self.pager else { return Ok(0) };
+        p.relieve(&mut self.tree, &mut self.versions)?;
+        let mut loaded = 0;
+        for slice in keys.chunks(p.slice_ops()) {
+            if !p.prefetch_fits(slice.len()) {
+                break;
+            }
+            loaded += p.prefetch(&mut self.tree, slice.iter().map(|k| k.as_ref()))?;
         }
+        Ok(loaded)
     }
 }

@@ -243,29 +243,142 @@ pub fn apply(
     apply_loading(tree, body, name, offset, &mut |_, _| Ok(()))
 }
 
-/// The keys a record's body names, in order, as far as it parses (for a prefetch before
-/// it is replayed: [`apply_loading`] checks the body and reports what is wrong with it).
-pub(crate) fn record_keys(body: &[u8]) -> Vec<&[u8]> {
-    let mut keys = Vec::new();
-    let Some(count) = body.get(32..36) else { return keys };
-    let count = u32::from_le_bytes(count.try_into().expect("4 bytes"));
-    let mut p = BODY_PREFIX_LEN;
-    for _ in 0..count {
-        let Some(&[op, k0, k1]) = body.get(p..p + 3) else { break };
-        let klen = u16::from_le_bytes([k0, k1]) as usize;
-        let Some(key) = body.get(p + 3..p + 3 + klen) else { break };
-        p += 3 + klen;
-        if op == OP_PUT {
-            let Some(v) = body.get(p..p + 4) else { break };
-            p += 4 + u32::from_le_bytes(v.try_into().expect("4 bytes")) as usize;
-        }
-        keys.push(key);
-    }
-    keys
-}
-
 /// Makes the chunks of a list resident in a tree (the paged store's loader).
 pub(crate) type Loader<'a> = dyn FnMut(&mut Tree, Vec<PageRef>) -> Result<(), StoreError> + 'a;
+
+/// One operation of a record.
+#[derive(Clone, Copy)]
+pub(crate) enum Op<'a> {
+    Put(&'a [u8], &'a [u8]),
+    Delete(&'a [u8]),
+}
+
+impl<'a> Op<'a> {
+    pub(crate) fn key(&self) -> &'a [u8] {
+        match *self {
+            Op::Put(k, _) | Op::Delete(k) => k,
+        }
+    }
+    /// Bytes of key and value.
+    pub(crate) fn bytes(&self) -> u64 {
+        match *self {
+            Op::Put(k, v) => (k.len() + v.len()) as u64,
+            Op::Delete(k) => k.len() as u64,
+        }
+    }
+}
+
+/// The operations of a record's body, decoded one at a time; any malformation is
+/// `Corrupted` at the record (an iterator, so a large record is applied in slices).
+pub(crate) struct Ops<'a> {
+    body: &'a [u8],
+    pos: usize,
+    left: u32,
+    name: &'a str,
+    offset: u64,
+}
+
+impl<'a> Ops<'a> {
+    /// The record's root and its operations.
+    pub(crate) fn parse(
+        body: &'a [u8],
+        name: &'a str,
+        offset: u64,
+    ) -> Result<(Digest, u32, Ops<'a>), StoreError> {
+        let bad = || StoreError::corrupted(name, offset, "short body");
+        let root: Digest = body.get(..32).ok_or_else(bad)?.try_into().expect("32");
+        let count = u32::from_le_bytes(body.get(32..36).ok_or_else(bad)?.try_into().expect("4"));
+        Ok((root, count, Ops { body, pos: BODY_PREFIX_LEN, left: count, name, offset }))
+    }
+
+    fn bad(&self, what: &str) -> StoreError {
+        StoreError::corrupted(self.name, self.offset, what.to_string())
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {
+        let s = self
+            .body
+            .get(self.pos..self.pos + n)
+            .ok_or_else(|| self.bad("operation runs past the record"))?;
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn decode(&mut self) -> Result<Op<'a>, StoreError> {
+        let op = self.take(1)?[0];
+        let klen = u16::from_le_bytes(self.take(2)?.try_into().expect("2")) as usize;
+        if klen == 0 || klen > MAX_KEY_LEN {
+            return Err(self.bad("key length out of bounds"));
+        }
+        let key = self.take(klen)?;
+        match op {
+            OP_PUT => {
+                let vlen = u32::from_le_bytes(self.take(4)?.try_into().expect("4")) as usize;
+                if vlen > MAX_VALUE_LEN {
+                    return Err(self.bad("value length out of bounds"));
+                }
+                Ok(Op::Put(key, self.take(vlen)?))
+            }
+            OP_DELETE => Ok(Op::Delete(key)),
+            _ => Err(self.bad("unknown operation")),
+        }
+    }
+
+    /// After the last operation: nothing may follow it.
+    pub(crate) fn finish(&self) -> Result<(), StoreError> {
+        if self.left != 0 || self.pos != self.body.len() {
+            return Err(self.bad("trailing bytes after the operations"));
+        }
+        Ok(())
+    }
+
+    /// Applies `op` to `tree`, `load` first making the chunks it needs resident
+    /// (`docs/design.md` §8.5.1).
+    pub(crate) fn apply(
+        &self,
+        tree: &mut Tree,
+        op: Op<'_>,
+        load: &mut Loader<'_>,
+    ) -> Result<(), StoreError> {
+        match op {
+            Op::Put(key, value) => {
+                if tree.is_paged() {
+                    let needs = tree.absent_for_insert(key);
+                    load(tree, needs)?;
+                }
+                tree.insert(key, value).map_err(|e: InputError| self.bad(&e.to_string()))?;
+            }
+            Op::Delete(key) => {
+                // The store logs a delete only of a key that was present (`Store::remove`);
+                // a delete of an absent key is not a record it writes.
+                if tree.is_paged() {
+                    let needs = tree.absent_for_remove(key);
+                    load(tree, needs)?;
+                }
+                let removed = tree.try_remove(key).map_err(|e| self.bad(&e.to_string()))?;
+                if removed.is_none() {
+                    return Err(self.bad(ABSENT_DELETE));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'a> Iterator for Ops<'a> {
+    type Item = Result<Op<'a>, StoreError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let r = self.decode();
+        if r.is_err() {
+            self.left = 0;
+        }
+        Some(r)
+    }
+}
 
 /// [`apply`] on a tree that may have absent chunks: `load` makes the chunks each
 /// operation needs resident before it is applied (`docs/design.md` §8.5.1).
@@ -276,52 +389,10 @@ pub(crate) fn apply_loading(
     offset: u64,
     load: &mut Loader<'_>,
 ) -> Result<(Digest, u32), StoreError> {
-    let bad = |what: &str| StoreError::corrupted(name, offset, what.to_string());
-    let root: Digest = body[..32].try_into().map_err(|_| bad("short body"))?;
-    let count = u32::from_le_bytes(body[32..36].try_into().map_err(|_| bad("short body"))?);
-    let mut p = BODY_PREFIX_LEN;
-    let take = |p: &mut usize, n: usize| -> Result<&[u8], StoreError> {
-        let s = body.get(*p..*p + n).ok_or_else(|| bad("operation runs past the record"))?;
-        *p += n;
-        Ok(s)
-    };
-    for _ in 0..count {
-        let op = take(&mut p, 1)?[0];
-        let klen = u16::from_le_bytes(take(&mut p, 2)?.try_into().expect("2")) as usize;
-        if klen == 0 || klen > MAX_KEY_LEN {
-            return Err(bad("key length out of bounds"));
-        }
-        let key = take(&mut p, klen)?;
-        match op {
-            OP_PUT => {
-                let vlen = u32::from_le_bytes(take(&mut p, 4)?.try_into().expect("4")) as usize;
-                if vlen > MAX_VALUE_LEN {
-                    return Err(bad("value length out of bounds"));
-                }
-                let value = take(&mut p, vlen)?;
-                if tree.is_paged() {
-                    let needs = tree.absent_for_insert(key);
-                    load(tree, needs)?;
-                }
-                tree.insert(key, value).map_err(|e: InputError| bad(&e.to_string()))?;
-            }
-            OP_DELETE => {
-                // The store logs a delete only of a key that was present (`Store::remove`);
-                // a delete of an absent key is not a record it writes.
-                if tree.is_paged() {
-                    let needs = tree.absent_for_remove(key);
-                    load(tree, needs)?;
-                }
-                let removed = tree.try_remove(key).map_err(|e| bad(&e.to_string()))?;
-                if removed.is_none() {
-                    return Err(bad(ABSENT_DELETE));
-                }
-            }
-            _ => return Err(bad("unknown operation")),
-        }
+    let (root, count, mut ops) = Ops::parse(body, name, offset)?;
+    while let Some(op) = ops.next() {
+        ops.apply(tree, op?, load)?;
     }
-    if p != body.len() {
-        return Err(bad("trailing bytes after the operations"));
-    }
+    ops.finish()?;
     Ok((root, count))
 }

@@ -2,12 +2,13 @@
 //! of its own, linking everything again): one module per concern, the helpers in
 //! [`common`].
 
+mod bounded;
 mod common;
 mod damage;
 mod faults;
 mod import;
-mod lock;
 mod ingest;
+mod lock;
 mod paged;
 mod paged_reopen;
 mod paged_retained;
