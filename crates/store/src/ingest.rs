@@ -190,6 +190,12 @@ impl Ingest {
         self.shape.map(|(c, _)| c)
     }
 
+    /// The chunk capacity of the state, once a chunk has been added (in this run or one
+    /// resumed).
+    pub fn capacity(&self) -> Option<u32> {
+        self.shape.map(|(_, c)| c)
+    }
+
     /// Chunks held (added and not lost: flushed ones survive a kill).
     pub fn received(&self) -> u64 {
         self.received
@@ -291,7 +297,7 @@ impl Ingest {
 }
 
 /// Refuses a directory that holds anything but an ingest's own temporaries.
-fn check_empty(backend: &dyn Backend, names: &[String]) -> Result<(), StoreError> {
+pub(crate) fn check_empty(backend: &dyn Backend, names: &[String]) -> Result<(), StoreError> {
     let theirs: Vec<&String> = names
         .iter()
         .filter(|n| !is_ingest_temporary(n) && *n != crate::backend::LOCK_FILE)
@@ -527,6 +533,27 @@ impl Writer {
         meta::write_head(b, version)?;
         b.remove(JOURNAL_FILE).ctx(|| format!("deleting {JOURNAL_FILE}"))?;
         b.sync_dir().ctx(|| format!("syncing the directory after deleting {JOURNAL_FILE}"))
+    }
+
+    /// Deletes every file this writer made (an import that failed or was given up): the
+    /// chunk files, what an install wrote, and last the journal.
+    pub(crate) fn remove_all(&self) -> Result<(), StoreError> {
+        let b = &*self.backend;
+        let names = b.list().ctx(|| format!("listing {}", b.describe()))?;
+        for name in names {
+            let ours = match classify(&name) {
+                FileKind::Chunks(_) | FileKind::Meta | FileKind::Head | FileKind::Skeleton(_) => {
+                    true
+                }
+                _ => is_ingest_temporary(&name) || meta::is_own_temporary(&name),
+            };
+            if ours {
+                b.remove(&name).ctx(|| format!("deleting {name}"))?;
+            }
+        }
+        b.sync_dir().ctx(|| format!("syncing {}", b.describe()))?;
+        b.remove(JOURNAL_FILE).ctx(|| format!("deleting {JOURNAL_FILE}"))?;
+        b.sync_dir().ctx(|| format!("syncing {}", b.describe()))
     }
 }
 

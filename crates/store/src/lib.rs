@@ -57,6 +57,7 @@ mod create;
 mod durable;
 mod error;
 mod evict;
+pub mod import;
 mod ingest;
 mod job;
 mod listing;

@@ -3,6 +3,7 @@
 //! [`common`].
 
 mod bounded;
+mod bulk;
 mod common;
 mod damage;
 mod faults;
