@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bavl_store::{Options, Store};
+use bavl_store::{CheckpointPolicy, Options, Store};
 use tendermint_abci::Application;
 use tendermint_proto::v0_38::abci as pb;
 
@@ -22,7 +22,7 @@ use tendermint_proto::v0_38::abci as pb;
 use crate::byzantine::Lie;
 use crate::home::{Home, HomeError};
 use crate::restore::Restorer;
-use crate::statesync::Held;
+use crate::snapshots::{Retention, Snapshots};
 use crate::tx::Tx;
 
 /// How the application runs.
@@ -35,8 +35,12 @@ pub struct Config {
     /// How many snapshots to keep (the newest; one still being restored by a joiner is
     /// kept a while longer: `docs/chain.md` §5).
     pub snapshot_keep: usize,
+    /// Snapshots taken less than this many seconds ago are kept too (0: by count only).
+    pub snapshot_keep_secs: u64,
     /// The store's options; `capacity` must be the same on every node of a chain (the
-    /// root commits to it).
+    /// root commits to it). By default paged with [`DEFAULT_CACHE_BYTES`] of chunk bodies
+    /// ([`Config::new`]). Its checkpoint policy is applied by the application, which
+    /// opens the store with [`CheckpointPolicy::Manual`] (`docs/chain.md` §6).
     pub store: Options,
     /// `ResponseInfo.app_version`.
     pub app_version: u64,
@@ -59,14 +63,24 @@ pub struct Config {
     pub block_log: Option<PathBuf>,
 }
 
+/// The store's default budget of chunk bodies in memory (`--cache-mib`): 256 MiB.
+pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
+
 impl Config {
-    /// The defaults: a snapshot every 100 heights, the last 2 kept.
+    /// The defaults: a snapshot every 100 heights, the last 2 kept; the store paged with
+    /// [`DEFAULT_CACHE_BYTES`] of bodies and a checkpoint every 4 MiB of log
+    /// ([`CheckpointPolicy::PAGED`]).
     pub fn new(home: impl Into<PathBuf>) -> Config {
         Config {
             home: home.into(),
             snapshot_interval: 100,
             snapshot_keep: 2,
-            store: Options::default(),
+            snapshot_keep_secs: 0,
+            store: Options {
+                cache_bytes: Some(DEFAULT_CACHE_BYTES),
+                checkpoint: CheckpointPolicy::PAGED,
+                ..Options::default()
+            },
             app_version: 1,
             bundle_bytes: crate::snapshot::TARGET_BUNDLE_BYTES,
             #[cfg(feature = "test-rigs")]
@@ -88,6 +102,22 @@ impl Config {
         format
     }
 
+    /// The options the store is opened with: [`Config::store`] with checkpoints left to
+    /// the application (`crate::block`), which defers them while a snapshot is exported.
+    pub(crate) fn store_options(&self) -> Options {
+        Options { checkpoint: CheckpointPolicy::Manual, ..self.store.clone() }
+    }
+
+    /// Which snapshots are kept: `snapshot_keep` (at least as many as a forging liar's
+    /// forgeries, test-rigs only) and `snapshot_keep_secs`.
+    pub(crate) fn retention(&self) -> Retention {
+        let forgeries = *self.snapshot_offsets().end() as usize;
+        Retention {
+            keep: self.snapshot_keep.max(forgeries).max(1),
+            keep_secs: self.snapshot_keep_secs,
+        }
+    }
+
     /// The heights after each snapshot height at which snapshots are taken: 0 only, or
     /// those of a forging liar's forgeries (`Lie::snapshot_offsets`, test-rigs only).
     pub(crate) fn snapshot_offsets(&self) -> std::ops::RangeInclusive<u64> {
@@ -106,7 +136,9 @@ pub(crate) struct Node {
     /// The height finalized but not yet committed.
     pub(crate) pending: Option<u64>,
     pub(crate) restoring: Option<Restorer>,
-    pub(crate) snapshots: Vec<Held>,
+    pub(crate) snapshots: Snapshots,
+    /// Log bytes committed since the last checkpoint the application started.
+    pub(crate) log_since_checkpoint: u64,
     /// The finalized block's transactions, operations and time in FinalizeBlock.
     pub(crate) pending_work: crate::metrics::BlockTimes,
     pub(crate) block_log: Option<crate::metrics::BlockLog>,
@@ -132,7 +164,11 @@ pub struct App {
 impl App {
     /// Opens (or creates) the application's directory and its store.
     pub fn open(cfg: Config) -> Result<App, HomeError> {
-        let (home, store) = Home::open(&cfg.home, &cfg.store)?;
+        let (home, store) = Home::open(&cfg.home, &cfg.store_options())?;
+        let snapshots = Snapshots::open(&cfg.home, cfg.retention()).map_err(|e| HomeError::Io {
+            what: format!("opening {}", cfg.home.join(crate::snapshots::DIR).display()),
+            source: e,
+        })?;
         tracing::info!(
             height = store.version(),
             app_hash = %hex::encode(store.root()),
@@ -151,7 +187,8 @@ impl App {
             home,
             pending: None,
             restoring: None,
-            snapshots: Vec::new(),
+            snapshots,
+            log_since_checkpoint: 0,
             pending_work: Default::default(),
             block_log,
             window,
@@ -185,7 +222,21 @@ impl App {
 
     /// The heights of the snapshots this node serves.
     pub fn snapshot_heights(&self) -> Vec<u64> {
-        self.node().snapshots.iter().map(|h| h.height).collect()
+        let mut node = self.node();
+        node.snapshots.poll(false);
+        node.snapshots.held().iter().map(|h| h.height).collect()
+    }
+
+    /// Waits for the running snapshot export, if any, and lists its snapshot (a snapshot
+    /// is served once its file is complete: tests and tools that want it at once call
+    /// this).
+    pub fn wait_snapshots(&self) {
+        self.node().snapshots.poll(true);
+    }
+
+    /// The store's counters (paging included: resident bodies, loads, evictions).
+    pub fn store_stats(&self) -> Result<bavl_store::StoreStats, bavl_store::StoreError> {
+        self.node().store.stats()
     }
 }
 

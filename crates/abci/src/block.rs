@@ -43,7 +43,7 @@ pub(crate) fn init_chain(app: &App, req: pb::RequestInitChain) -> pb::ResponseIn
             Ok(t) => t,
             Err(e) => panic!("building the genesis state: {e}"),
         };
-        let opts = app.cfg().store.clone();
+        let opts = app.cfg().store_options();
         node.reopen_store("writing the genesis state", |home| home.install(&mut tree, 0, &opts));
         tracing::info!(
             keys = p.keys,
@@ -158,7 +158,9 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
     let offsets = app.cfg().snapshot_offsets();
     let due = interval > 0
         && offsets.into_iter().any(|k| version > k && (version - k).is_multiple_of(interval));
+    node.log_since_checkpoint += node.store.last_commit_timing().log_bytes;
     let mut times = std::mem::take(&mut node.pending_work);
+    maybe_checkpoint(app, &mut node);
     if due {
         let at = std::time::Instant::now();
         crate::statesync::take_snapshot(app, &mut node, version);
@@ -175,11 +177,38 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
     pb::ResponseCommit { retain_height: 0 }
 }
 
+/// Applies the store's checkpoint policy ([`crate::Config::store`]; the store itself is
+/// opened with `Manual`): a checkpoint when the log committed since the last one exceeds
+/// `max(min_log_bytes, log_ratio × the last checkpoint's bytes)`, except while a paged
+/// store's snapshot is being exported (its version's chunk files must stay until the
+/// export has read them: `crate::snapshots`).
+fn maybe_checkpoint(app: &App, node: &mut Node) {
+    node.snapshots.poll(false);
+    let bavl_store::CheckpointPolicy::Auto { log_ratio, min_log_bytes } =
+        app.cfg().store.checkpoint
+    else {
+        return;
+    };
+    if node.snapshots.exporting() && node.store.page_loader().is_some() {
+        return;
+    }
+    let last = node.store.last_checkpoint_report().map_or(0, |r| r.bytes);
+    let due = ((log_ratio * last as f64) as u64).max(min_log_bytes);
+    if node.log_since_checkpoint < due || node.store.checkpoint_running().is_some() {
+        return;
+    }
+    match node.store.checkpoint() {
+        Ok(Some(_)) => node.log_since_checkpoint = 0,
+        Ok(None) => {}
+        Err(e) => panic!("checkpointing at height {}: {e}", node.store.version()),
+    }
+}
+
 /// Drops a finalized, uncommitted block by reopening the store at its last commit.
 pub(crate) fn discard_uncommitted(app: &App, node: &mut Node) {
     let height = node.pending.take();
     tracing::warn!(?height, "dropping a finalized block that was never committed");
-    let opts = app.cfg().store.clone();
+    let opts = app.cfg().store_options();
     node.reopen_store("reopening the store", |home| -> Result<_, crate::home::HomeError> {
         Ok(bavl_store::Store::open(home.current()?, opts)?)
     });

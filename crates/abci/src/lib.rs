@@ -35,12 +35,14 @@ pub mod query;
 pub mod report;
 pub mod restore;
 pub mod rpc;
+pub mod snapfile;
 pub mod snapshot;
+pub mod snapshots;
 mod statesync;
 pub mod trustless;
 pub mod tx;
 
-pub use app::{App, Config};
+pub use app::{App, Config, DEFAULT_CACHE_BYTES};
 #[cfg(feature = "test-rigs")]
 pub use byzantine::Lie;
 pub use tx::{Op, Tx, TxError};

@@ -51,9 +51,19 @@ struct ServeArgs {
     /// A snapshot every this many heights (0: none).
     #[arg(long, default_value_t = 100)]
     snapshot_interval: u64,
-    /// How many snapshots to keep serving.
+    /// How many snapshots to keep serving (the newest; a snapshot a peer fetched a chunk
+    /// of in the last 2 minutes is kept too, at most 2 more).
     #[arg(long, default_value_t = 2)]
     snapshot_keep: usize,
+    /// Also keep every snapshot taken less than this many seconds ago (0: by count only).
+    /// Snapshots are files in HOME/snapshots and are served again after a restart.
+    #[arg(long, default_value_t = 0)]
+    snapshot_keep_secs: u64,
+    /// The store's budget of chunk bodies in memory, in MiB: the state is paged to the
+    /// store's chunk files beyond it, so memory does not grow with the state (about 4.4
+    /// bytes per key of skeleton are held besides). 0 keeps no body between blocks.
+    #[arg(long, default_value_t = bavl_abci::DEFAULT_CACHE_BYTES >> 20)]
+    cache_mib: u64,
     /// Chunk capacity of a new store: the same on every node of a chain.
     #[arg(long)]
     capacity: Option<u32>,
@@ -138,7 +148,11 @@ fn serve(a: ServeArgs) -> Result<()> {
     let mut cfg = Config::new(&a.home);
     cfg.snapshot_interval = a.snapshot_interval;
     cfg.snapshot_keep = a.snapshot_keep;
+    cfg.snapshot_keep_secs = a.snapshot_keep_secs;
     cfg.store.capacity = a.capacity;
+    cfg.store.cache_bytes = Some(a.cache_mib.saturating_mul(1 << 20));
+    #[cfg(feature = "mimalloc")]
+    bavl_alloc::paged_memory();
     cfg.bundle_bytes = a.bundle_bytes.max(1);
     cfg.block_log = a.block_log;
     #[cfg(feature = "test-rigs")]

@@ -1,7 +1,8 @@
 //! `Query`: the value of a key at a retained height, with a bavl proof.
 //!
 //! Path `/key`, `data` = the key's raw bytes, `height` = 0 for the last committed height
-//! or any height the node still holds (the store's retained versions and its snapshots).
+//! or any height the store still retains (by default the last 4). On a paged store the
+//! chunks a read or proof needs are read back (verified) outside the application's lock.
 //! The answer's `height` is the version read; its root is the app hash in the header of
 //! block `height + 1`. With `prove = true`, `proof_ops` holds one [`ProofOp`]:
 //!
@@ -18,7 +19,8 @@
 //!
 //! [`ProofOp`]: tendermint_proto::v0_38::crypto::ProofOp
 
-use bavl_core::Snapshot;
+use bavl_core::{PageRef, Snapshot};
+use bavl_store::PageLoader;
 use tendermint_proto::v0_38::abci as pb;
 use tendermint_proto::v0_38::crypto::{ProofOp, ProofOps};
 
@@ -33,19 +35,33 @@ fn refuse(code: u32, log: String) -> pb::ResponseQuery {
     pb::ResponseQuery { code, log, ..Default::default() }
 }
 
-/// The version at `height` (0: the last committed), if held.
-fn version_at(app: &App, height: i64) -> Result<(u64, Snapshot), String> {
+/// The version at `height` (0: the last committed), if retained, and the reader of its
+/// absent chunks (a paged store).
+fn version_at(app: &App, height: i64) -> Result<(u64, Snapshot, Option<PageLoader>), String> {
     let node = app.node();
     let h = if height <= 0 { node.store.version() } else { height as u64 };
-    if let Ok(s) = node.store.snapshot(h) {
-        return Ok((h, s));
+    match node.store.snapshot(h) {
+        Ok(s) => Ok((h, s, node.store.page_loader())),
+        Err(_) => {
+            let versions: Vec<u64> = node.store.versions().collect();
+            Err(format!("height {h} is not held (retained versions {versions:?})"))
+        }
     }
-    if let Some(held) = node.snapshots.iter().find(|s| s.height == h) {
-        return Ok((h, held.snap.clone()));
+}
+
+/// `snap` with the chunks `needs` names loaded, asked again after each load until it
+/// names none (`Store::resident_for`, without the store's lock).
+fn resident_for(
+    snap: Snapshot,
+    loader: Option<&PageLoader>,
+    mut needs: impl FnMut(&Snapshot) -> Option<PageRef>,
+) -> Result<Snapshot, String> {
+    let mut snap = snap;
+    while let Some(page) = needs(&snap) {
+        let Some(loader) = loader else { return Err(page.to_string()) };
+        snap = loader.load(&snap, &[page]).map_err(|e| e.to_string())?;
     }
-    let versions: Vec<u64> = node.store.versions().collect();
-    let snaps: Vec<u64> = node.snapshots.iter().map(|s| s.height).collect();
-    Err(format!("height {h} is not held (versions {versions:?}, snapshots {snaps:?})"))
+    Ok(snap)
 }
 
 pub(crate) fn query(app: &App, req: pb::RequestQuery) -> pb::ResponseQuery {
@@ -57,11 +73,20 @@ pub(crate) fn query(app: &App, req: pb::RequestQuery) -> pb::ResponseQuery {
         let log = format!("a key is 1..={} bytes, not {}", bavl_core::MAX_KEY_LEN, key.len());
         return refuse(3, log);
     }
-    let (height, snap) = match version_at(app, req.height) {
+    let (height, snap, loader) = match version_at(app, req.height) {
         Ok(v) => v,
         Err(log) => return refuse(2, log),
     };
-    // A chunk this version cannot read is refused, never answered "absent".
+    // The chunks the read and its proof need, read back; one that cannot be read is
+    // refused, never answered "absent".
+    let snap = match resident_for(snap, loader.as_ref(), |s| match s.get(key) {
+        Err(page) => Some(page),
+        Ok(Some(_)) => s.prove_membership(key).err()?.page().cloned(),
+        Ok(None) => s.prove_absence(key).err()?.page().cloned(),
+    }) {
+        Ok(s) => s,
+        Err(log) => return refuse(5, log),
+    };
     let value = match snap.get(key) {
         Ok(v) => v.map(<[u8]>::to_vec),
         Err(page) => return refuse(5, page.to_string()),

@@ -20,6 +20,7 @@
 
 use bavl_core::codec::Reader;
 use bavl_core::{ChunkError, DecodeError, Digest, Snapshot};
+use bavl_store::{PageLoader, StoreError};
 use sha2::{Digest as _, Sha256};
 
 /// The format number in `Snapshot.format`.
@@ -101,50 +102,132 @@ impl Metadata {
     }
 }
 
+/// A version to snapshot, and how to read its chunks: a paged store's version has chunks
+/// that are absent from memory, read back (verified) through the store's
+/// [`PageLoader`] one at a time and dropped after their export, so exporting a version
+/// never holds more than it already held plus one chunk.
+#[derive(Clone)]
+pub struct Source {
+    snap: Snapshot,
+    loader: Option<PageLoader>,
+}
+
+/// Why a chunk of a [`Source`] cannot be exported.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("chunk {index}: {source}")]
+    Chunk { index: u64, source: ChunkError },
+    #[error("reading chunk {index} back: {source}")]
+    Load { index: u64, source: StoreError },
+}
+
+impl Source {
+    /// `snap`, with `loader` to read its absent chunks (`None`: every chunk must be in
+    /// memory, or its export fails naming it).
+    pub fn new(snap: Snapshot, loader: Option<PageLoader>) -> Source {
+        Source { snap, loader }
+    }
+
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// The same version holding in memory only the bodies that are in no chunk file
+    /// (with a loader; without one, unchanged): an export then pins no body the store
+    /// could read back. One walk of the version's chunks.
+    pub fn without_located_bodies(self) -> Source {
+        if self.loader.is_none() {
+            return self;
+        }
+        let (snap, _) = self.snap.without_bodies(|_| true);
+        Source { snap, loader: self.loader }
+    }
+
+    /// Appends chunk `index`'s export (`docs/design.md` §3) to `out`; on error `out` is
+    /// as it was.
+    pub fn export_into(&self, index: u64, out: &mut Vec<u8>) -> Result<(), SourceError> {
+        let at = out.len();
+        let page = match self.snap.export_chunk_into(index, out) {
+            Ok(()) => return Ok(()),
+            Err(ChunkError::NotResident(page)) if self.loader.is_some() => page,
+            Err(source) => {
+                out.truncate(at);
+                return Err(SourceError::Chunk { index, source });
+            }
+        };
+        out.truncate(at);
+        let loader = self.loader.as_ref().expect("checked above");
+        let loaded = loader
+            .load(&self.snap, &[page])
+            .map_err(|source| SourceError::Load { index, source })?;
+        loaded.export_chunk_into(index, out).map_err(|source| {
+            out.truncate(at);
+            SourceError::Chunk { index, source }
+        })
+    }
+}
+
 /// Chooses the bundling of a snapshot: `per_bundle` so that a bundle of chunks as large
 /// as the largest of up to 16 evenly spaced sampled chunks is about `target` bytes
-/// (by default [`TARGET_BUNDLE_BYTES`]), and the snapshot has at most [`MAX_BUNDLES`] bundles. Costs 16
-/// chunk exports, whatever the state's size. `None` for an empty state (nothing to sync).
-pub fn plan(snap: &Snapshot, target: u64) -> Option<Metadata> {
+/// (by default [`TARGET_BUNDLE_BYTES`]), and the snapshot has at most [`MAX_BUNDLES`]
+/// bundles. Costs 16 chunk exports (absent ones read back: a sample is never skipped, so
+/// the plan depends on the state only, whatever is in memory), whatever the state's
+/// size. `None` for an empty state (nothing to sync).
+pub fn plan(src: &Source, target: u64) -> Result<Option<Metadata>, SourceError> {
+    let snap = src.snapshot();
     let n = snap.chunk_count();
     if n == 0 {
-        return None;
+        return Ok(None);
     }
     let mut buf = Vec::new();
     let mut largest = 1u64;
     for s in 0..SAMPLES.min(n) {
         buf.clear();
-        // A sample that cannot be read (a paged chunk) only leaves the estimate to the rest.
-        let _ = snap.export_chunk_into(s * n / SAMPLES.min(n), &mut buf);
+        src.export_into(s * n / SAMPLES.min(n), &mut buf)?;
         largest = largest.max(buf.len() as u64 + 4);
     }
     let by_size = (target / largest).clamp(1, u64::from(u32::MAX));
     let by_count = n.div_ceil(MAX_BUNDLES);
     let per_bundle = by_size.max(by_count).min(u64::from(u32::MAX)) as u32;
     let capacity = snap.capacity();
-    Some(Metadata { root: snap.root_hash(), chunk_count: n, per_bundle, capacity })
+    Ok(Some(Metadata { root: snap.root_hash(), chunk_count: n, per_bundle, capacity }))
 }
 
-/// Encodes bundle `i` of `snap` (whose metadata is `meta`); `Ok(None)` past the end, an
-/// error if a chunk of it cannot be read (never a short bundle).
-pub fn encode_bundle(
-    snap: &Snapshot,
+/// Appends bundle `i` of `src` (whose metadata is `meta`) to `out`; `Ok(false)` past the
+/// end, an error if a chunk of it cannot be read (never a short bundle; `out` is then as
+/// it was).
+pub fn encode_bundle_into(
+    src: &Source,
     meta: &Metadata,
     i: u64,
-) -> Result<Option<Vec<u8>>, ChunkError> {
+    out: &mut Vec<u8>,
+) -> Result<bool, SourceError> {
     let range = meta.bundle_range(i);
     if range.is_empty() {
-        return Ok(None);
+        return Ok(false);
     }
-    let mut out = Vec::new();
+    let start = out.len();
     for j in range {
         let at = out.len();
         out.extend_from_slice(&[0; 4]);
-        snap.export_chunk_into(j, &mut out)?;
+        if let Err(e) = src.export_into(j, out) {
+            out.truncate(start);
+            return Err(e);
+        }
         let len = (out.len() - at - 4) as u32;
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
     }
-    Ok(Some(out))
+    Ok(true)
+}
+
+/// Bundle `i` of `src`; `Ok(None)` past the end (see [`encode_bundle_into`]).
+pub fn encode_bundle(
+    src: &Source,
+    meta: &Metadata,
+    i: u64,
+) -> Result<Option<Vec<u8>>, SourceError> {
+    let mut out = Vec::new();
+    Ok(encode_bundle_into(src, meta, i, &mut out)?.then_some(out))
 }
 
 /// Splits an untrusted bundle into its `expected` chunk encodings (not verified here).
@@ -165,18 +248,18 @@ mod tests {
     use super::*;
     use bavl_core::Tree;
 
-    fn state(keys: u32) -> Snapshot {
+    fn state(keys: u32) -> Source {
         let mut t = Tree::with_capacity(8).unwrap();
         for i in 0..keys {
             t.insert(format!("key{i:06}").as_bytes(), &[i as u8; 100]).unwrap();
         }
-        t.snapshot()
+        Source::new(t.snapshot(), None)
     }
 
     #[test]
     fn metadata_round_trips_and_refuses_damage() {
         let snap = state(1000);
-        let m = plan(&snap, TARGET_BUNDLE_BYTES).unwrap();
+        let m = plan(&snap, TARGET_BUNDLE_BYTES).unwrap().unwrap();
         let bytes = m.encode();
         assert_eq!(bytes.len(), METADATA_LEN);
         assert_eq!(Metadata::decode(&bytes).unwrap(), m);
@@ -194,7 +277,7 @@ mod tests {
     #[test]
     fn bundles_cover_every_chunk_once_and_split_back() {
         let snap = state(5000);
-        let mut m = plan(&snap, TARGET_BUNDLE_BYTES).unwrap();
+        let mut m = plan(&snap, TARGET_BUNDLE_BYTES).unwrap().unwrap();
         m.per_bundle = 7; // several bundles, the last one short
         let mut seen = 0;
         for i in 0..m.bundles() {
@@ -202,22 +285,24 @@ mod tests {
             let r = m.bundle_range(i);
             let parts = split_bundle(&bytes, r.end - r.start).unwrap();
             for (j, part) in m.bundle_range(i).zip(parts) {
-                assert_eq!(part, &snap.export_chunk(j).unwrap()[..]);
+                assert_eq!(part, &snap.snapshot().export_chunk(j).unwrap()[..]);
                 seen += 1;
             }
             assert!(split_bundle(&bytes[..bytes.len() - 1], r.end - r.start).is_err());
             assert!(split_bundle(&bytes, r.end - r.start + 1).is_err());
         }
-        assert_eq!(seen, snap.chunk_count());
-        assert_eq!(encode_bundle(&snap, &m, m.bundles()), Ok(None));
+        assert_eq!(seen, snap.snapshot().chunk_count());
+        assert!(encode_bundle(&snap, &m, m.bundles()).unwrap().is_none());
     }
 
     #[test]
     fn plan_aims_at_the_target_size() {
         let snap = state(20_000);
-        let m = plan(&snap, TARGET_BUNDLE_BYTES).unwrap();
+        let m = plan(&snap, TARGET_BUNDLE_BYTES).unwrap().unwrap();
         let size = encode_bundle(&snap, &m, 0).unwrap().unwrap().len() as u64;
         assert!(size <= TARGET_BUNDLE_BYTES && size > TARGET_BUNDLE_BYTES / 4, "{size}");
-        assert!(plan(&Tree::new().snapshot(), TARGET_BUNDLE_BYTES).is_none());
+        assert!(plan(&Source::new(Tree::new().snapshot(), None), TARGET_BUNDLE_BYTES)
+            .unwrap()
+            .is_none());
     }
 }

@@ -1,16 +1,16 @@
 //! The four snapshot calls: serving retained versions as format-1 snapshots, and
 //! restoring one bundle at a time, each verified against the trusted app hash.
 //!
-//! Taking a snapshot at `Commit` keeps the committed version's O(1) [`Snapshot`] and plans
-//! its bundles from 16 sampled chunks ([`crate::snapshot::plan`]); nothing is exported or
-//! written. Snapshots live in memory: a restarted node serves them again from the next
-//! snapshot height on. A restore keeps verified chunks in memory and, at the last bundle,
-//! writes the tree as a new store (synced) and switches to it ([`crate::home`]); `Info`
-//! then reports the snapshot's height and app hash.
+//! Taking a snapshot at `Commit` takes the committed version's O(1) snapshot and hands
+//! it to a background export ([`crate::snapshots`]), which writes its bundles to a file
+//! the node serves from then on, across restarts too. A restore keeps verified chunks in
+//! memory and, at the last bundle, writes the tree as a new store (synced) and switches
+//! to it ([`crate::home`]); `Info` then reports the snapshot's height and app hash.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+#[cfg(feature = "test-rigs")]
+use std::sync::Arc;
 
+#[cfg(feature = "test-rigs")]
 use bavl_core::Snapshot;
 use tendermint_proto::v0_38::abci as pb;
 
@@ -22,39 +22,13 @@ use crate::byzantine::{self, Lie};
 #[cfg(feature = "test-rigs")]
 use crate::restore::NullRestoring;
 use crate::restore::{Applied, OfferError, Restorer, Restoring};
-use crate::snapshot::{encode_bundle, plan, Metadata, FORMAT, MAX_BUNDLE_BYTES};
-
-/// A snapshot that served a chunk this recently is kept beyond `snapshot_keep` (a joiner
-/// is still restoring it), up to [`EXTRA_KEPT`] more snapshots.
-pub const SERVING_GRACE: Duration = Duration::from_secs(120);
-/// How many snapshots beyond `snapshot_keep` the grace may keep (bounded memory even if
-/// peers keep asking for old ones).
-pub const EXTRA_KEPT: usize = 2;
-
-/// How a held snapshot is cut into ABCI chunks.
-#[derive(Clone)]
-pub(crate) enum Form {
-    /// Format 1: bundles of bavl chunks, encoded when asked for.
-    Bavl(Metadata),
-    /// Format 2, the baseline: a compressed stream exported at the snapshot height.
-    #[cfg(feature = "test-rigs")]
-    Baseline(Arc<Export>),
-}
-
-/// A snapshot this node serves.
-#[derive(Clone)]
-pub(crate) struct Held {
-    pub(crate) height: u64,
-    pub(crate) form: Form,
-    pub(crate) snap: Snapshot,
-    /// When it last served a chunk.
-    pub(crate) served: Arc<Mutex<Option<Instant>>>,
-}
+use crate::snapshot::{Source, FORMAT, MAX_BUNDLE_BYTES};
+use crate::snapshots::{Form, Held};
 
 impl Held {
     fn describe(&self) -> pb::Snapshot {
         let (format, hash, metadata) = match &self.form {
-            Form::Bavl(m) => (FORMAT, m.hash(self.height), m.encode()),
+            Form::File(f) => (FORMAT, f.meta.hash(self.height), f.meta.encode()),
             #[cfg(feature = "test-rigs")]
             Form::Baseline(e) => (FORMAT_BASELINE, e.hash(), e.metadata.clone()),
         };
@@ -70,7 +44,7 @@ impl Held {
 
     fn format(&self) -> u32 {
         match self.form {
-            Form::Bavl(_) => FORMAT,
+            Form::File(_) => FORMAT,
             #[cfg(feature = "test-rigs")]
             Form::Baseline(_) => FORMAT_BASELINE,
         }
@@ -78,18 +52,18 @@ impl Held {
 
     fn chunks(&self) -> u64 {
         match &self.form {
-            Form::Bavl(m) => m.bundles(),
+            Form::File(f) => f.bundles(),
             #[cfg(feature = "test-rigs")]
             Form::Baseline(e) => e.chunks.len() as u64,
         }
     }
 
-    /// ABCI chunk `i`, if it exists.
+    /// ABCI chunk `i`, if it exists and reads back intact.
     fn chunk(&self, i: u64) -> Option<Vec<u8>> {
         match &self.form {
-            Form::Bavl(m) => encode_bundle(&self.snap, m, i).unwrap_or_else(|e| {
-                // CometBFT gets no chunk and asks another peer; never a short bundle.
-                eprintln!("bavl-abci: bundle {i} cannot be encoded: {e}");
+            Form::File(f) => f.bundle(i).unwrap_or_else(|e| {
+                // CometBFT gets no chunk and asks another peer; never damaged bytes.
+                tracing::error!(height = self.height, chunk = i, "bundle not served: {e}");
                 None
             }),
             #[cfg(feature = "test-rigs")]
@@ -98,37 +72,56 @@ impl Held {
     }
 }
 
+/// Takes the snapshot of `height`, just committed: exported to its file in the
+/// background ([`crate::snapshots`]). For a paged store the version is made a
+/// checkpoint first, so that every body it names is in a sealed chunk file that no
+/// deletion touches before the next checkpoint, which waits for the export to end.
 pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
-    let start = std::time::Instant::now();
+    node.snapshots.poll(false);
+    if node.snapshots.exporting() {
+        tracing::warn!(height, "snapshot skipped: the previous export still runs");
+        return;
+    }
     let snap = node.store.latest();
     #[cfg(feature = "test-rigs")]
     let snap = forge(app, snap, height);
-    let Some(meta) = plan(&snap, app.cfg().bundle_bytes) else {
-        tracing::info!(height, "no snapshot of an empty state");
-        return;
-    };
-    let form = match app.cfg().format() {
-        #[cfg(feature = "test-rigs")]
-        FORMAT_BASELINE => match Export::new(&snap) {
-            Ok(export) => Form::Baseline(Arc::new(export)),
-            Err(e) => {
-                tracing::error!(height, "no baseline snapshot: {e}");
-                return;
-            }
-        },
-        _ => Form::Bavl(meta),
-    };
-    let held = Held { height, form, snap, served: Default::default() };
-    tracing::info!(
-        height,
-        format = held.format(),
-        bundles = held.chunks(),
-        micros = start.elapsed().as_micros() as u64,
-        "snapshot taken"
-    );
-    node.snapshots.push(held);
-    let forgeries = *app.cfg().snapshot_offsets().end() as usize;
-    prune(&mut node.snapshots, app.cfg().snapshot_keep.max(forgeries).max(1));
+    #[cfg(feature = "test-rigs")]
+    if app.cfg().format() == FORMAT_BASELINE {
+        return take_baseline(node, height, snap);
+    }
+    if node.store.page_loader().is_some() {
+        let made = node.store.wait_checkpoint().and_then(|_| node.store.checkpoint());
+        if let Err(e) = made {
+            panic!("checkpointing the snapshot height {height}: {e}");
+        }
+        node.log_since_checkpoint = 0;
+    }
+    // Taken after the checkpoint started: it knows the chunk file the checkpoint
+    // completes, where the version's bodies that had none get their location.
+    let loader = node.store.page_loader();
+    node.snapshots.start(height, Source::new(snap, loader), app.cfg().bundle_bytes);
+}
+
+/// The baseline's snapshot (a comparison rig): the whole state compressed on the
+/// committing thread and held in memory.
+#[cfg(feature = "test-rigs")]
+fn take_baseline(node: &mut Node, height: u64, snap: Snapshot) {
+    let start = std::time::Instant::now();
+    match Export::new(&snap) {
+        Ok(export) => {
+            let held =
+                Held::new(height, crate::snapfile::unix_ms(), Form::Baseline(Arc::new(export)));
+            tracing::info!(
+                height,
+                format = held.format(),
+                bundles = held.chunks(),
+                micros = start.elapsed().as_micros() as u64,
+                "snapshot taken"
+            );
+            node.snapshots.add(held);
+        }
+        Err(e) => tracing::error!(height, "no baseline snapshot: {e}"),
+    }
 }
 
 /// A forging liar's snapshot: the true state plus [`byzantine::FORGED_KEY`].
@@ -144,37 +137,22 @@ fn forge(app: &App, honest: Snapshot, height: u64) -> Snapshot {
     }
 }
 
-/// Drops the oldest snapshots beyond `keep`, except those a joiner is still restoring
-/// (served within [`SERVING_GRACE`]; at most [`EXTRA_KEPT`] of them).
-pub(crate) fn prune(held: &mut Vec<Held>, keep: usize) {
-    while held.len() > keep {
-        let serving = |h: &Held| {
-            let last = *h.served.lock().unwrap_or_else(|p| p.into_inner());
-            last.is_some_and(|t| t.elapsed() < SERVING_GRACE)
-        };
-        let old = held.len() - keep;
-        let victim =
-            if old > EXTRA_KEPT { Some(0) } else { held[..old].iter().position(|h| !serving(h)) };
-        let Some(i) = victim else { break };
-        let h = held.remove(i);
-        tracing::info!(height = h.height, "snapshot dropped");
-    }
-}
-
 pub(crate) fn list_snapshots(app: &App) -> pb::ResponseListSnapshots {
-    let node = app.node();
-    pb::ResponseListSnapshots { snapshots: node.snapshots.iter().map(Held::describe).collect() }
+    let mut node = app.node();
+    node.snapshots.poll(false);
+    let snapshots = node.snapshots.held().iter().map(Held::describe).collect();
+    pb::ResponseListSnapshots { snapshots }
 }
 
 pub(crate) fn load_snapshot_chunk(
     app: &App,
     req: pb::RequestLoadSnapshotChunk,
 ) -> pb::ResponseLoadSnapshotChunk {
-    let held = app.node().snapshots.iter().find(|s| s.height == req.height).cloned();
+    let held = app.node().snapshots.find(req.height);
     let Some(held) = held.filter(|h| req.format == h.format()) else {
         return pb::ResponseLoadSnapshotChunk::default();
     };
-    *held.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    *held.served.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
     let i = u64::from(req.chunk);
     let Some(bytes) = held.chunk(i) else {
         return pb::ResponseLoadSnapshotChunk::default();
@@ -192,7 +170,7 @@ pub(crate) fn load_snapshot_chunk(
 #[cfg(feature = "test-rigs")]
 fn lie(app: &App, held: &Held, i: u64, honest: Vec<u8>) -> Vec<u8> {
     let Some(lie) = app.cfg().byzantine else { return honest };
-    let other = app.node().snapshots.iter().find(|s| s.height != held.height).cloned();
+    let other = app.node().snapshots.held().iter().find(|s| s.height != held.height).cloned();
     let other_bundle = match other {
         Some(o) => o.chunk(i),
         None => held.chunk((i + 1) % held.chunks()),
@@ -299,7 +277,7 @@ pub(crate) fn apply_snapshot_chunk(
 }
 
 fn install(app: &App, node: &mut Node, tree: &mut bavl_core::Tree, r: &Restorer) {
-    let (height, opts) = (r.height(), app.cfg().store.clone());
+    let (height, opts) = (r.height(), app.cfg().store_options());
     let what = format!("writing the restored state at height {height}");
     node.reopen_store(&what, |home| home.install(tree, height, &opts));
     node.pending = None;
@@ -310,43 +288,4 @@ fn install(app: &App, node: &mut Node, tree: &mut bavl_core::Tree, r: &Restorer)
         bytes = r.bytes(),
         "snapshot restored and written durably"
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn held(height: u64, served: Option<Instant>) -> Held {
-        let mut t = bavl_core::Tree::new();
-        t.insert(&height.to_be_bytes(), b"v").unwrap();
-        let snap = t.snapshot();
-        let meta = plan(&snap, 1 << 20).unwrap();
-        Held { height, form: Form::Bavl(meta), snap, served: Arc::new(Mutex::new(served)) }
-    }
-
-    fn heights(h: &[Held]) -> Vec<u64> {
-        h.iter().map(|h| h.height).collect()
-    }
-
-    #[test]
-    fn a_snapshot_being_restored_outlives_keep_within_bounds() {
-        let now = Some(Instant::now());
-        let mut h = vec![held(10, None), held(20, None), held(30, None)];
-        prune(&mut h, 2);
-        assert_eq!(heights(&h), vec![20, 30]);
-        // 20 is being served: kept when 40 comes, dropped once 2 more are beyond keep.
-        *h[0].served.lock().unwrap() = now;
-        h.push(held(40, None));
-        prune(&mut h, 2);
-        assert_eq!(heights(&h), vec![20, 30, 40]);
-        h.push(held(50, now));
-        prune(&mut h, 2);
-        assert_eq!(heights(&h), vec![20, 40, 50]);
-        for x in [60, 70, 80] {
-            h.push(held(x, now));
-            prune(&mut h, 2);
-        }
-        assert_eq!(h.len(), 2 + EXTRA_KEPT);
-        assert_eq!(heights(&h), vec![50, 60, 70, 80]);
-    }
 }

@@ -7,5 +7,6 @@ mod baseline;
 mod blocks;
 mod genesis;
 mod light;
+mod snapshots;
 mod statesync;
 mod support;
