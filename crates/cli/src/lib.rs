@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod import;
 pub mod query;
 pub mod serve;
 pub mod store_cmds;

@@ -4,7 +4,8 @@
 //! - `bavl check`, `bavl stats`, `bavl get` and `bavl prove` operate the durable store
 //!   (`bavl_store`);
 //! - `bavl serve`, `bavl export` and `bavl sync` serve a store's versions over HTTP and
-//!   sync one from many untrusted sources; `bavl query` reads a key from a CometBFT chain;
+//!   sync one from many untrusted sources; `bavl import` builds one from a stream of pairs;
+//!   `bavl query` reads a key from a CometBFT chain;
 //! - `bavl cluster …` runs the key-range cluster's commands (the `bavl-cluster` binary).
 //!
 //! The harnesses (the demo with lying peers, the crash soak, the load test, the
@@ -19,7 +20,7 @@ static GLOBAL: bavl_alloc::MiMalloc = bavl_alloc::MiMalloc;
 
 use std::process::ExitCode;
 
-use bavl_cli::{cluster, query, serve, store_cmds, sync, verify};
+use bavl_cli::{cluster, import, query, serve, store_cmds, sync, verify};
 use clap::{Parser, Subcommand};
 
 /// bavl: an authenticated, versioned key-value state store whose Merkle tree (a B+AVL
@@ -77,6 +78,15 @@ enum Command {
     /// after a kill; the rebuilt tree is written durably as a new store at --db.
     #[command(after_help = sync::SYNC_HELP, disable_version_flag = true)]
     Sync(sync::SyncArgs),
+    /// Build a new store from a stream of key-value pairs (sorted or not), in bounded
+    /// memory.
+    ///
+    /// The chunk files are written directly (no log replay, no state in memory: unsorted
+    /// input goes through an external merge sort); the store is exactly the tree that
+    /// inserting the pairs in increasing key order makes. Bad input is an error naming the
+    /// record and its byte offset, and leaves no store behind.
+    #[command(after_help = import::IMPORT_HELP, disable_version_flag = true)]
+    Import(import::ImportArgs),
     /// Read a key from a CometBFT chain of bavl-abci nodes, trusting no node: the header
     /// is checked against the genesis validators' signatures, the proof against its app
     /// hash.
@@ -110,6 +120,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::serve(&args),
         Command::Export(args) => serve::export(&args),
         Command::Sync(args) => sync::run(&args),
+        Command::Import(args) => import::run(&args),
         Command::Query(args) => query::run(&args),
         Command::Cluster(args) => cluster::run(&args),
     };

@@ -1,5 +1,5 @@
 //! The integration tests of bavl-cli, one binary, one module per subject: the command
-//! line itself ([`cli`]), `bavl serve`, `bavl export` and `bavl sync` as processes
+//! line itself ([`cli`]), `bavl import` ([`import`]), `bavl serve`, `bavl export` and `bavl sync` as processes
 //! ([`sync`]), and a paged store served and exported chunk by chunk ([`paged`]). The
 //! commands that moved to `bavl-harness` (demo, crashtest, loadtest, vectors, the lying
 //! server) are tested there, with the `bavl` commands they drive (check, stats, get,
@@ -7,5 +7,6 @@
 
 mod cli;
 mod common;
+mod import;
 mod paged;
 mod sync;
