@@ -5,9 +5,12 @@
 //! names); every
 //! log segment is scanned and each record's checksums checked; then the state is rebuilt
 //! as opening would (a checkpoint, then every later version replayed, each recorded
-//! root compared; a paged store's replay is paged too, with [`CHECK_CACHE_BYTES`] of
-//! bodies) and the tree's invariants are checked at the newest version. Each
-//! problem names the file, the byte offset and what is wrong.
+//! root compared; the replay is paged, with [`CHECK_CACHE_BYTES`] of bodies or the
+//! budget given to [`check_within`], whether or not the store is paged on disk) and the
+//! tree's invariants are checked at the newest version. Each problem names the file, the
+//! byte offset and what is wrong. Memory: the skeleton and the budget, never the state (a
+//! full checkpoint larger than half the budget is verified chunk by chunk into a
+//! skeleton, as a paged open reads it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,9 +25,10 @@ use crate::paging::Pager;
 use crate::wal::{Next, SegmentReader};
 use crate::{checkpoint, durable, Options};
 
-/// The chunk bodies `check` keeps in memory while it replays the log of a paged store
-/// (the rest is read back from the chunk files, verified, as needed).
-pub const CHECK_CACHE_BYTES: u64 = 256 << 20;
+/// The chunk bodies [`check`] keeps in memory while it replays the log (the rest is read
+/// back from the chunk files or a scratch file, verified, as needed):
+/// [`crate::DEFAULT_CACHE_BYTES`].
+pub const CHECK_CACHE_BYTES: u64 = crate::DEFAULT_CACHE_BYTES;
 
 /// One problem found.
 #[derive(Debug, Clone)]
@@ -70,8 +74,17 @@ pub(crate) fn problem(e: StoreError) -> Problem {
     }
 }
 
-/// Checks the store on `backend` (which should be locked against writers).
+/// Checks the store on `backend` (which should be locked against writers), keeping at
+/// most [`CHECK_CACHE_BYTES`] of chunk bodies in memory.
 pub fn check(backend: &Arc<dyn Backend>) -> Result<CheckReport, StoreError> {
+    check_within(backend, CHECK_CACHE_BYTES)
+}
+
+/// [`check`] keeping at most `cache_bytes` of chunk bodies in memory.
+pub fn check_within(
+    backend: &Arc<dyn Backend>,
+    cache_bytes: u64,
+) -> Result<CheckReport, StoreError> {
     let shared = backend.clone();
     let backend = &**backend;
     let start = Instant::now();
@@ -85,7 +98,7 @@ pub fn check(backend: &Arc<dyn Backend>) -> Result<CheckReport, StoreError> {
             "{name}: left over by an interrupted write (deleted by a writable open)"
         ));
     }
-    if let Err(e) = meta::read_meta(backend) {
+    if let Err(e) = crate::open::existing_meta(backend, &l) {
         report.problems.push(problem(e));
         report.elapsed = start.elapsed();
         return Ok(report);
@@ -97,7 +110,14 @@ pub fn check(backend: &Arc<dyn Backend>) -> Result<CheckReport, StoreError> {
             continue;
         }
         let name = checkpoint_name(v);
-        match checkpoint::read(backend, &name) {
+        // Whole if it fits the budget twice over, else into a skeleton (memory: the
+        // skeleton), verified chunk by chunk against its root either way.
+        let fits = backend.file_len(&name).is_ok_and(|n| n.saturating_mul(2) <= cache_bytes);
+        let read = match fits {
+            true => checkpoint::read(backend, &name),
+            false => crate::reopen::read_skeleton(backend, &name, None),
+        };
+        match read {
             Ok((header, tree)) => {
                 report.checkpoints_checked += 1;
                 if header.version != v {
@@ -165,15 +185,17 @@ pub fn check(backend: &Arc<dyn Backend>) -> Result<CheckReport, StoreError> {
     }
     // The whole chain, as opening would rebuild it, unless a file is already known bad.
     if report.problems.is_empty() {
-        // A paged store (skeletons on disk) is replayed paged, with a bounded cache and
-        // a scratch page file: its state is never read into memory whole.
-        let paged = (!l.skeletons.is_empty()).then_some(CHECK_CACHE_BYTES);
-        let opts = Options { keep_recent: 1, cache_bytes: paged, ..Options::default() };
+        // Replayed paged, with a bounded cache and a scratch page file, whether or not
+        // the store is paged on disk: its state is never read into memory whole.
+        let opts = Options { keep_recent: 1, ..Options::paged(cache_bytes) };
         let mut pager = Pager::for_options(&opts)?;
         if let Some(p) = pager.as_mut() {
             p.backend = Some(shared);
         }
-        match recover(backend, &opts, true, pager.as_mut()) {
+        // A store of full checkpoints is also rebuilt from the checkpoint before the newest
+        // when its log reaches the newest, as an unpaged open does, to verify that chain.
+        let older = l.skeletons.is_empty();
+        match recover(backend, &opts, true, pager.as_mut(), older) {
             Ok(mut o) => {
                 report.problems.extend(o.recovery.older_checkpoint_damage.clone());
                 if o.recovery.older_checkpoint_damage.is_none() {

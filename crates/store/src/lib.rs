@@ -93,7 +93,9 @@ pub use memory::MemBackend;
 pub use meta::write_file_atomic;
 pub use open::Recovery;
 use options::Reclaimer;
-pub use options::{CheckpointPolicy, CommitTiming, Options, Reclaim, StoreStats};
+pub use options::{
+    CheckpointPolicy, CommitTiming, Options, Reclaim, StoreStats, DEFAULT_CACHE_BYTES,
+};
 use pace::Activity;
 pub use pace::CheckpointPace;
 use paging::Pager;
@@ -153,6 +155,8 @@ impl Store {
 
     /// Opens a store on any backend (for example a [`FaultyBackend`]).
     pub fn open_backend(backend: Arc<dyn Backend>, opts: Options) -> Result<Store, StoreError> {
+        let mut opts = opts;
+        opts.checkpoint = opts.checkpoint.resolve(opts.cache_bytes.is_some());
         if opts.keep_recent == 0 {
             return Err(StoreError::InvalidOption("keep_recent must be at least 1".into()));
         }
@@ -160,7 +164,8 @@ impl Store {
         if let Some(p) = &mut pager {
             p.backend = Some(backend.clone());
         }
-        let o = open::recover(&*backend, &opts, opts.read_only, pager.as_mut())?;
+        let older = pager.is_none();
+        let o = open::recover(&*backend, &opts, opts.read_only, pager.as_mut(), older)?;
         let wal = o.wal.unwrap_or_else(|| Box::new(ReadOnlyFile));
         let temporary = o.temporary;
         let mut store = Store {

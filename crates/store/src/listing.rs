@@ -63,6 +63,12 @@ pub(crate) fn list(backend: &dyn Backend) -> Result<Listing, StoreError> {
 }
 
 impl Listing {
+    /// Whether the directory holds any of a store's data files (checkpoints, skeletons,
+    /// chunk files, log segments).
+    pub fn has_data(&self) -> bool {
+        !self.checkpoints.is_empty() || !self.segments.is_empty() || !self.chunk_files.is_empty()
+    }
+
     /// The file of the checkpoint of version `v`: a skeleton or a full checkpoint.
     pub fn state_name(&self, v: u64) -> String {
         match self.skeletons.contains(&v) {
@@ -72,6 +78,21 @@ impl Listing {
     }
 }
 
+/// `bavl.meta` missing beside data files: damage of the store, named against it.
+fn missing_meta() -> StoreError {
+    StoreError::corrupted(meta::META_FILE, 0, "missing, but data files exist")
+}
+
+/// Reads the metadata of an existing store (a read-only open, `check`): missing while
+/// data files exist is damage naming it, as for a writable open; an unreadable one is
+/// what [`meta::read_meta`] says (a length or checksum wrong is damage too).
+pub(crate) fn existing_meta(backend: &dyn Backend, l: &Listing) -> Result<Meta, StoreError> {
+    if l.has_data() && !l.names.iter().any(|n| n == meta::META_FILE) {
+        return Err(missing_meta());
+    }
+    meta::read_meta(backend)
+}
+
 /// Reads or creates the metadata; checks it against the options.
 pub(crate) fn meta_for(
     backend: &dyn Backend,
@@ -79,8 +100,8 @@ pub(crate) fn meta_for(
     opts: &Options,
 ) -> Result<Meta, StoreError> {
     if !l.names.iter().any(|n| n == meta::META_FILE) {
-        if !l.checkpoints.is_empty() || !l.segments.is_empty() {
-            return Err(StoreError::corrupted(meta::META_FILE, 0, "missing, but data files exist"));
+        if l.has_data() {
+            return Err(missing_meta());
         }
         // Only an empty directory becomes a store: nothing of another program's is
         // created, deleted or overwritten (left-over temporaries of an interrupted

@@ -11,12 +11,12 @@ use crate::blame::{check_capacity, check_head, gap, two_histories};
 use crate::check::{problem, Problem};
 use crate::durable::{self, ChunkKeep};
 use crate::error::{IoContext, StoreError};
-use crate::meta::{self, wal_name, Meta};
+use crate::meta::{wal_name, Meta};
 use crate::paging::Pager;
 use crate::wal::{self, Next, SegmentReader};
 use crate::{checkpoint, reopen, Options};
 
-pub(crate) use crate::listing::{list, meta_for, Listing};
+pub(crate) use crate::listing::{existing_meta, list, meta_for, Listing};
 
 /// What opening the store found and did.
 #[derive(Debug, Clone, Default)]
@@ -58,18 +58,19 @@ pub(crate) struct Opened {
     pub chunk_keep: ChunkKeep,
 }
 
-/// Loads the newest checkpoint (or, unpaged, the one before it, when its log still reaches
-/// the newest and so rebuilds older retained versions too) and replays the log. With
-/// `read_only`, nothing is changed on disk (for `bavl check`) and no log file is opened
-/// for writing.
+/// Loads the newest checkpoint (or, with `older`, the one before it, when its log still
+/// reaches the newest and so rebuilds older retained versions too) and replays the log.
+/// With `read_only`, nothing is changed on disk (for `bavl check`) and no log file is
+/// opened for writing.
 pub(crate) fn recover(
     backend: &dyn Backend,
     opts: &Options,
     read_only: bool,
     mut pager: Option<&mut Pager>,
+    older: bool,
 ) -> Result<Opened, StoreError> {
     let l = list(backend)?;
-    let meta = if read_only { meta::read_meta(backend)? } else { meta_for(backend, &l, opts)? };
+    let meta = if read_only { existing_meta(backend, &l)? } else { meta_for(backend, &l, opts)? };
     check_capacity(backend, &l, &meta)?;
 
     // The checkpoint before the newest one is still on disk when the newest was installed
@@ -78,13 +79,14 @@ pub(crate) fn recover(
     // as well, and must pass through the newest checkpoint's root; if anything about it
     // fails, the newest checkpoint alone is what counts.
     //
-    // Not for a paged store: rebuilding those versions would replay, loading chunks from
-    // disk, the whole log between the two checkpoints (up to twice the log the checkpoint
-    // policy allows: 25 s at 3M keys, against 1.1 s from the newest), so it keeps the
-    // versions from its newest checkpoint on (design §8.5.1).
+    // Not for a paged open (`older` false): rebuilding those versions would replay,
+    // loading chunks from disk, the whole log between the two checkpoints (up to twice
+    // the log the checkpoint policy allows: 25 s at 3M keys, against 1.1 s from the
+    // newest), so it keeps the versions from its newest checkpoint on (design §8.5.1).
+    // `check` asks for it, paged, of a store of full checkpoints, to verify that chain.
     let newest = l.checkpoints.last().copied();
     let before = match (l.checkpoints.len(), l.segments.first()) {
-        _ if pager.is_some() => None,
+        _ if !older => None,
         (n, Some(&first)) if n >= 2 && first <= l.checkpoints[n - 2] + 1 => {
             Some(l.checkpoints[n - 2])
         }

@@ -8,11 +8,26 @@ use bavl_core::{Digest, Snapshot};
 
 use crate::pace::CheckpointPace;
 
+/// The chunk bodies a store keeps in memory by default ([`Options::cache_bytes`]):
+/// 256 MiB. A budget, not a size the state is expected to have: a state that fits runs
+/// entirely in memory (nothing is evicted until the bodies pass it), and one that does not
+/// runs in this much plus its skeleton (about 4.4 bytes a key) instead of being killed.
+/// Large enough to hold a 10k-operation block's chunks several times over (a block of
+/// Workload B at 30M keys loads about 60 MiB of bodies), so that the budget costs no
+/// throughput until the state is about three times its size; small enough to run beside
+/// an application under a 1 GiB memory limit, the allocator's slack counted
+/// (`docs/design.md` §8.5.1).
+pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
+
 /// When the store writes checkpoints by itself.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CheckpointPolicy {
     /// Only when [`crate::Store::checkpoint`] is called.
     Manual,
+    /// [`CheckpointPolicy::PAGED`] for a paged store ([`Options::cache_bytes`] set),
+    /// [`CheckpointPolicy::UNPAGED`] for an in-memory one: decided when the store opens
+    /// (the default).
+    Suited,
     /// When the log written since the last checkpoint exceeds both `min_log_bytes` and
     /// `log_ratio` times the size of the last checkpoint. The log's disk use and the
     /// replay work on open stay proportional to the state's size.
@@ -34,6 +49,16 @@ impl CheckpointPolicy {
     /// operation at 30M keys, to what the store writes (`docs/design.md` §8.5.1).
     pub const PAGED: CheckpointPolicy =
         CheckpointPolicy::Auto { log_ratio: 0.0, min_log_bytes: 4 << 20 };
+
+    /// [`CheckpointPolicy::Suited`] made concrete for a store that is `paged` or not;
+    /// any other policy unchanged.
+    pub fn resolve(self, paged: bool) -> CheckpointPolicy {
+        match self {
+            CheckpointPolicy::Suited if paged => CheckpointPolicy::PAGED,
+            CheckpointPolicy::Suited => CheckpointPolicy::UNPAGED,
+            other => other,
+        }
+    }
 }
 
 /// Which thread frees the memory of pruned versions (the chunks only they held: about as
@@ -61,6 +86,8 @@ pub struct Options {
     pub capacity: Option<u32>,
     /// How many of the newest versions stay readable (at least 1).
     pub keep_recent: u64,
+    /// When checkpoints are written (by default [`CheckpointPolicy::Suited`]: the policy
+    /// that suits a paged or an in-memory store).
     pub checkpoint: CheckpointPolicy,
     /// How fast background checkpoints write (by default spread over the commits, so they
     /// never slow them down in bursts; see [`CheckpointPace`]).
@@ -80,18 +107,24 @@ pub struct Options {
     /// [`crate::StoreError::ReadOnly`]; a record cut short at the end of the log is skipped, not
     /// discarded, and left-over temporary files stay.
     pub read_only: bool,
-    /// Page the state (`docs/design.md` §8.5.1): after every commit, the working tree's
-    /// chunk bodies beyond this many heap bytes are evicted (appended to the store's
-    /// current chunk file first if they have never been written) and read back,
-    /// verified, when an operation needs them. Checkpoints are then incremental: the
-    /// bodies not yet in a chunk file and a skeleton of the version; opening reads the
-    /// skeleton, not the state. `None`: everything stays in memory and checkpoints are
-    /// whole (the default, and as fast as before). Retained versions keep the bodies they
-    /// shared until pruned, so the bodies in memory are bounded by about `keep_recent`
-    /// times this budget in the worst case. [`crate::Store::get`] loads what it needs; a
-    /// read of a snapshot that meets an absent chunk is an error naming it (never a wrong
-    /// answer), and [`crate::Store::resident_for`] loads what such a read needs.
-    /// [`Options::paged`] sets this with the checkpoint policy that suits paging.
+    /// The memory budget of chunk bodies (`docs/design.md` §8.5.1); by default
+    /// `Some(`[`DEFAULT_CACHE_BYTES`]`)`: no store's memory grows with its state. The
+    /// working tree's chunk bodies beyond this many heap bytes are evicted (appended to the
+    /// store's current chunk file first if they have never been written) and read back,
+    /// verified, when an operation needs them: after every commit, and within a block or
+    /// a replayed version as soon as what was loaded and written since the last eviction
+    /// may pass the budget (so one large block never holds more). Checkpoints are then
+    /// incremental: the bodies not yet in a chunk file and a skeleton of the version;
+    /// opening reads the skeleton, not the state. A state smaller than the budget is held
+    /// whole and never evicted. Retained versions keep only the bodies that were never
+    /// written (copies made since the last eviction or checkpoint), which shrink the
+    /// working tree's share. [`crate::Store::get`] loads what it needs; a read of a
+    /// snapshot that meets an absent chunk is an error naming it (never a wrong answer),
+    /// and [`crate::Store::resident_for`] loads what such a read needs.
+    ///
+    /// `None`: the in-memory store ([`Options::in_memory`]): everything stays in memory,
+    /// checkpoints are whole, and memory grows with the state; for states known to fit,
+    /// where it saves the skeleton's checks and writes.
     pub cache_bytes: Option<u64>,
     /// With paging, count the allocator's slack against `cache_bytes` (the default): after
     /// each commit the store compares the memory the process gained since it opened
@@ -113,13 +146,20 @@ pub struct Options {
 impl Options {
     /// A paged store keeping at most `cache_bytes` of chunk bodies in memory, with the
     /// checkpoint policy that suits paging ([`CheckpointPolicy::PAGED`]); everything else
-    /// as [`Options::default`].
+    /// as [`Options::default`] (which is paged too, with [`DEFAULT_CACHE_BYTES`]).
     pub fn paged(cache_bytes: u64) -> Options {
         Options {
             cache_bytes: Some(cache_bytes),
             checkpoint: CheckpointPolicy::PAGED,
             ..Options::default()
         }
+    }
+
+    /// The in-memory store, the explicit opt-out of paging: the whole state in memory,
+    /// whole checkpoints ([`CheckpointPolicy::UNPAGED`]); everything else as
+    /// [`Options::default`]. Its memory grows with the state.
+    pub fn in_memory() -> Options {
+        Options { cache_bytes: None, checkpoint: CheckpointPolicy::UNPAGED, ..Options::default() }
     }
 }
 
@@ -128,12 +168,12 @@ impl Default for Options {
         Options {
             capacity: None,
             keep_recent: 4,
-            checkpoint: CheckpointPolicy::UNPAGED,
+            checkpoint: CheckpointPolicy::Suited,
             checkpoint_pace: CheckpointPace::default(),
             reclaim: Reclaim::default(),
             head_interval: Some(Duration::from_secs(1)),
             read_only: false,
-            cache_bytes: None,
+            cache_bytes: Some(DEFAULT_CACHE_BYTES),
             cache_counts_slack: true,
             page_dir: None,
         }

@@ -12,13 +12,15 @@ use bavl_store::meta::{checkpoint_name, wal_name};
 use bavl_store::wal::RecordBuf;
 use bavl_store::{Backend, CheckpointPolicy, MemBackend, Options, Store, StoreError};
 
+/// The in-memory store, explicitly: the fixtures are full checkpoints (`ckpt-*`), and an
+/// unpaged open rebuilds the versions before the newest checkpoint from the older one.
 fn opts(keep: u64) -> Options {
     Options {
         capacity: Some(8),
         keep_recent: keep,
         checkpoint: CheckpointPolicy::Manual,
         head_interval: Some(Duration::ZERO),
-        ..Options::default()
+        ..Options::in_memory()
     }
 }
 

@@ -10,6 +10,7 @@ mod faults;
 mod import;
 mod ingest;
 mod lock;
+mod missing;
 mod paged;
 mod paged_reopen;
 mod paged_retained;

@@ -13,12 +13,15 @@ use bavl_workload::{block, initial, next_key, Mix, Op};
 
 use crate::common::TempDir;
 
+/// The in-memory store, explicitly: these tests read full checkpoints and the versions an
+/// unpaged open rebuilds from the checkpoint before the newest (the paged store has its
+/// own model tests: `paged.rs`, `paged_retained.rs`, `bounded.rs`).
 fn opts(capacity: u32, keep: u64, policy: CheckpointPolicy) -> Options {
     Options {
         capacity: Some(capacity),
         keep_recent: keep,
         checkpoint: policy,
-        ..Options::default()
+        ..Options::in_memory()
     }
 }
 
