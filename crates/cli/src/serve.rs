@@ -28,8 +28,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 4)]
     keep: u64,
     /// Keep at most M MiB of chunk bodies in memory and read the others from the store's
-    /// files per request (default: 256 for a paged store, whose state is then never read
-    /// whole; the whole state otherwise).
+    /// files per request, so a state larger than memory is never read whole [default:
+    /// 256].
     #[arg(long, value_name = "M")]
     cache_mib: Option<u64>,
     /// Exit when standard input reaches its end (a parent that spawned this server with a
@@ -133,9 +133,8 @@ pub struct ExportArgs {
     /// before are kept and listed).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
-    /// Keep at most M MiB of chunk bodies in memory, reading the others one at a time
-    /// (default: 256 for a paged store, whose state is then never read whole; the whole
-    /// state otherwise).
+    /// Keep at most M MiB of chunk bodies in memory, reading the others one at a time, so
+    /// a state larger than memory is never read whole [default: 256].
     #[arg(long, value_name = "M")]
     cache_mib: Option<u64>,
 }

@@ -18,7 +18,7 @@ mod read;
 mod stats;
 
 pub use read::{get, prove, GetArgs, ProveArgs, GET_HELP, PROVE_HELP};
-pub use stats::{stats, RecoveryJson, StatsArgs, StatsJson, STATS_HELP};
+pub use stats::{stats, PagingJson, RecoveryJson, StatsArgs, StatsJson, STATS_HELP};
 
 /// Fails unless `db` is a directory holding a bavl store (so that the read-only commands
 /// never create one by accident).
@@ -38,7 +38,14 @@ pub fn require_store(db: &Path) -> Result<()> {
         let entry = entry.with_context(|| format!("listing {}", db.display()))?;
         let name = entry.file_name();
         let kind = classify(&name.to_string_lossy());
-        if matches!(kind, FileKind::Meta | FileKind::Wal(_) | FileKind::Checkpoint(_)) {
+        let data = matches!(
+            kind,
+            FileKind::Wal(_)
+                | FileKind::Checkpoint(_)
+                | FileKind::Skeleton(_)
+                | FileKind::Chunks(_)
+        );
+        if data || kind == FileKind::Meta {
             store_files += 1;
         }
     }
@@ -72,45 +79,43 @@ pub fn store_error(db: &Path, e: StoreError) -> anyhow::Error {
 
 /// Opens an existing store read-only (a shared lock; nothing on disk is changed, so a
 /// backup, a snapshot or a read-only mount can be read), retaining the `keep` newest
-/// versions. A paged store (one whose checkpoints are skeletons, `docs/design.md` §8.5.1)
-/// opens paged with a cache of [`READ_CACHE_MIB`]: its state is not read into memory.
+/// versions, paged with a cache of [`READ_CACHE_MIB`] whether or not the store is paged
+/// on disk (`docs/design.md` §8.5.1): its state is never read into memory whole.
 pub fn open_existing(db: &Path, keep: u64) -> Result<Store> {
     open_existing_with(db, keep, None)
 }
 
-/// Chunk bodies a read-only command keeps in memory when it opens a paged store, MiB.
-pub const READ_CACHE_MIB: u64 = 256;
+/// Chunk bodies a command that opens a store keeps in memory by default, MiB: the
+/// library's default budget ([`bavl_store::DEFAULT_CACHE_BYTES`]).
+pub const READ_CACHE_MIB: u64 = bavl_store::DEFAULT_CACHE_BYTES >> 20;
 
-/// [`open_existing`] with a cache of `cache_mib` MiB of chunk bodies (paging on even for a
-/// store that is not paged on disk: its state is read once and then evicted); `None`:
-/// [`READ_CACHE_MIB`] for a paged store, the whole state otherwise.
+/// [`open_existing`] with a cache of `cache_mib` MiB of chunk bodies (`None`:
+/// [`READ_CACHE_MIB`]). A store whose state is within the cache is read whole and never
+/// evicted; a larger one runs within it plus its skeleton.
 pub fn open_existing_with(db: &Path, keep: u64, cache_mib: Option<u64>) -> Result<Store> {
     require_store(db)?;
-    let cache_mib = cache_mib.or(paged_on_disk(db).then_some(READ_CACHE_MIB));
+    let cache_mib = cache_mib.unwrap_or(READ_CACHE_MIB);
     // A paged store returns freed memory to the OS (`bavl_alloc::paged_memory`).
     #[cfg(feature = "mimalloc")]
-    if cache_mib.is_some() {
-        bavl_alloc::paged_memory();
-    }
+    bavl_alloc::paged_memory();
     let opts = Options {
         keep_recent: keep,
         checkpoint: CheckpointPolicy::Manual,
         read_only: true,
-        cache_bytes: cache_mib.map(|m| m << 20),
-        ..Options::default()
+        ..Options::paged(cache_mib << 20)
     };
     Store::open(db, opts).map_err(|e| store_error(db, e))
 }
 
-/// Whether the store in `db` keeps skeletons (`skel-*.bavl`): a paged store.
-pub fn paged_on_disk(db: &Path) -> bool {
-    std::fs::read_dir(db).is_ok_and(|d| {
-        d.flatten().any(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("skel-") && name.ends_with(".bavl")
-        })
-    })
+/// The memory budget of a command that opens a store (`get`, `prove`, `stats`, `check`).
+#[derive(clap::Args, Clone)]
+pub struct CacheArg {
+    /// Keep at most M MiB of chunk bodies in memory; the others are read back from the
+    /// store's files, verified, as needed, so a state larger than memory is never read
+    /// whole (0 keeps none). Memory: this plus the skeleton, about 4.4 bytes a key.
+    #[arg(long, value_name = "M", default_value_t = READ_CACHE_MIB,
+          value_parser = clap::value_parser!(u64).range(..=1 << 30))]
+    pub cache_mib: u64,
 }
 
 /// The store's directory (every store command).
@@ -136,6 +141,8 @@ fn parse_key(s: &str) -> Result<HexBytes, String> {
 pub struct CheckArgs {
     #[command(flatten)]
     db: DbArg,
+    #[command(flatten)]
+    cache: CacheArg,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -169,7 +176,7 @@ pub fn check(args: &CheckArgs) -> Result<ExitCode> {
         DirBackend::open_read_only(db)
             .with_context(|| format!("opening the store at {}", db.display()))?,
     );
-    let r = bavl_store::check::check(&backend)
+    let r = bavl_store::check::check_within(&backend, args.cache.cache_mib << 20)
         .with_context(|| format!("checking the store at {}", db.display()))?;
     drop(backend);
     let problems: Vec<ProblemJson> = r

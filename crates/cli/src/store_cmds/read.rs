@@ -15,6 +15,8 @@ pub struct KeyAt {
     /// How many of the newest versions to retain while opening (for --version).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     keep: u64,
+    #[command(flatten)]
+    cache: CacheArg,
 }
 
 #[derive(clap::Args)]
@@ -77,7 +79,7 @@ fn version_snapshot(db: &Path, store: &Store, version: Option<u64>) -> Result<Sn
 
 pub fn get(args: &GetArgs) -> Result<ExitCode> {
     let db = &args.db.db;
-    let store = open_existing(db, args.at.keep)?;
+    let store = open_existing_with(db, args.at.keep, Some(args.at.cache.cache_mib))?;
     let snap = version_snapshot(db, &store, args.at.version)?;
     let version = args.at.version.unwrap_or(store.version());
     let key = &args.at.key[..];
@@ -126,7 +128,7 @@ fn verify_command(
 
 pub fn prove(args: &ProveArgs) -> Result<ExitCode> {
     let db = &args.db.db;
-    let store = open_existing(db, args.at.keep)?;
+    let store = open_existing_with(db, args.at.keep, Some(args.at.cache.cache_mib))?;
     let snap = version_snapshot(db, &store, args.at.version)?;
     let version = args.at.version.unwrap_or(store.version());
     let root = snap.root_hash();

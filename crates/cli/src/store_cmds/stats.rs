@@ -10,6 +10,8 @@ pub struct StatsArgs {
     /// How many of the newest versions to retain while opening (the report shows them).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     keep: u64,
+    #[command(flatten)]
+    cache: CacheArg,
     /// Print the statistics as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -89,6 +91,21 @@ pub struct StatsJson {
     pub ops_committed: u64,
     pub files: Vec<FileJson>,
     pub disk_bytes: u64,
+    /// The cache of chunk bodies, when the store was opened paged (every command does).
+    pub paging: Option<PagingJson>,
+}
+
+/// The pager's counters, for JSON (`bavl_store::PagingStats`).
+#[derive(Serialize, Clone)]
+pub struct PagingJson {
+    /// Heap bytes of chunk bodies held after the last eviction.
+    pub resident_bytes: u64,
+    /// The most held when an eviction began: what the cache peaked at.
+    pub peak_resident_bytes: u64,
+    /// Heap bytes of the skeleton (inner nodes and pages of absent chunks).
+    pub skeleton_bytes: u64,
+    pub loads: u64,
+    pub evictions: u64,
 }
 
 impl From<&StoreStats> for StatsJson {
@@ -112,6 +129,13 @@ impl From<&StoreStats> for StatsJson {
             ops_committed: s.ops_committed,
             files: s.files.iter().map(|(n, b)| FileJson { name: n.clone(), bytes: *b }).collect(),
             disk_bytes: s.disk_bytes,
+            paging: s.paging.map(|p| PagingJson {
+                resident_bytes: p.resident_bytes,
+                peak_resident_bytes: p.peak_resident_bytes,
+                skeleton_bytes: p.skeleton_bytes,
+                loads: p.loads,
+                evictions: p.evictions,
+            }),
         }
     }
 }
@@ -142,6 +166,16 @@ impl StatsJson {
             ),
             format!("disk        {} in {} files", bytes(self.disk_bytes), self.files.len()),
         ];
+        if let Some(p) = &self.paging {
+            o.push(format!(
+                "memory      chunk bodies {} (peak {}), skeleton {}; {} loaded, {} evicted",
+                bytes(p.resident_bytes),
+                bytes(p.peak_resident_bytes),
+                bytes(p.skeleton_bytes),
+                group(p.loads),
+                group(p.evictions)
+            ));
+        }
         for f in &self.files {
             o.push(format!("  {:<32} {:>12}", f.name, bytes(f.bytes)));
         }
@@ -169,7 +203,7 @@ fn render_recovery(r: &Recovery) -> String {
 
 pub fn stats(args: &StatsArgs) -> Result<ExitCode> {
     let db = &args.db.db;
-    let store = open_existing(db, args.keep)?;
+    let store = open_existing_with(db, args.keep, Some(args.cache.cache_mib))?;
     let s = store.stats().map_err(|e| store_error(db, e))?;
     let s = StatsJson::from(&s);
     if args.json {

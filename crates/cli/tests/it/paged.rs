@@ -53,7 +53,7 @@ fn a_paged_store_is_served_and_exported_chunk_by_chunk() {
         .flatten()
         .any(|e| { e.file_name().to_string_lossy().starts_with("skel-") }));
     // What the same version gives fully loaded (an unpaged, read-only open).
-    let whole = Store::open(&src, Options { read_only: true, ..Options::default() }).unwrap();
+    let whole = Store::open(&src, Options { read_only: true, ..Options::in_memory() }).unwrap();
     let snap = whole.snapshot(v).unwrap();
     let manifest = Manifest::from_snapshot(v, &snap).unwrap();
     assert!(manifest.chunk_sizes.iter().all(|&s| s > 0));
