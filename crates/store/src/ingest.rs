@@ -287,6 +287,15 @@ impl Ingest {
                 first,
             });
         }
+        if self.shape.is_none() {
+            let empty = Tree::with_capacity(capacity).map(|mut t| t.root_hash());
+            if empty.ok() != Some(self.root) {
+                return Err(StoreError::InvalidOption(format!(
+                    "no chunk was added, and the root is not that of an empty tree of \
+                     capacity {capacity} (IngestOptions::empty_capacity)"
+                )));
+            }
+        }
         let entries = std::mem::take(&mut self.entries).into_iter().flatten();
         let tree = Tree::from_skeleton(capacity, self.root, entries).map_err(|e| {
             StoreError::corrupted(JOURNAL_FILE, 0, format!("the chunks do not give the root: {e}"))

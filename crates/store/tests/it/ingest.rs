@@ -283,7 +283,8 @@ fn the_empty_state_ingests_with_no_chunk() {
     // Another capacity is another root: refused.
     let dir = TempDir::new("ingest-empty-wrong");
     let ing = Ingest::open(dir.path(), t.root_hash(), 1, IngestOptions::default()).unwrap();
-    assert!(ing.finish().is_err());
+    let err = ing.finish().unwrap_err();
+    assert!(err.to_string().contains("empty tree of capacity 64"), "{err}");
 }
 
 /// Flushes the first `n` of `chunks` into a new ingest at `dir` and returns the journal's
