@@ -59,6 +59,9 @@ pub struct Config {
     /// time CometBFT itself needs; see [`crate::restore::NullRestoring`]).
     #[cfg(feature = "test-rigs")]
     pub restore_null: bool,
+    /// A state sync's restore makes the chunks it kept durable (resumable after a crash)
+    /// every this many bytes of chunk bodies (`bavl_store::IngestOptions::flush_bytes`).
+    pub restore_flush_bytes: u64,
     /// Append a line per committed block to this CSV file ([`crate::metrics::BlockLog`]).
     pub block_log: Option<PathBuf>,
 }
@@ -83,6 +86,7 @@ impl Config {
             },
             app_version: 1,
             bundle_bytes: crate::snapshot::TARGET_BUNDLE_BYTES,
+            restore_flush_bytes: bavl_store::IngestOptions::default().flush_bytes,
             #[cfg(feature = "test-rigs")]
             snapshot_format: crate::snapshot::FORMAT,
             #[cfg(feature = "test-rigs")]
@@ -165,6 +169,11 @@ impl App {
     /// Opens (or creates) the application's directory and its store.
     pub fn open(cfg: Config) -> Result<App, HomeError> {
         let (home, store) = Home::open(&cfg.home, &cfg.store_options())?;
+        if store.version() > 0 {
+            // CometBFT state-syncs only a node with no state: an unfinished restore can
+            // no longer be resumed.
+            home.remove_restores(None)?;
+        }
         let snapshots = Snapshots::open(&cfg.home, cfg.retention()).map_err(|e| HomeError::Io {
             what: format!("opening {}", cfg.home.join(crate::snapshots::DIR).display()),
             source: e,

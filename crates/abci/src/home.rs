@@ -1,8 +1,10 @@
 //! The application's directory: which store is live, switched atomically by a restore.
 //!
 //! ```text
-//! <home>/CURRENT          the live store's directory name and a newline
-//! <home>/state-<h>-<tag>/ a bavl store; <h> is the height it was created at
+//! <home>/CURRENT                  the live store's directory name and a newline
+//! <home>/state-<h>-<tag>/         a bavl store; <h> is the height it was created at
+//! <home>/restore-<h>-<root16>/    a state sync's unfinished store (a bavl_store::Ingest)
+//! <home>/snapshots/               the snapshots served (crate::snapshots)
 //! ```
 //!
 //! `CURRENT` is replaced by [`bavl_store::write_file_atomic`] (write to a temporary, fsync,
@@ -11,12 +13,20 @@
 //! A restore writes the new store completely (synced) before switching, and the old
 //! directory is deleted only after the switch; [`Home::open`] deletes any other `state-*`
 //! directory (what an interrupted restore or deletion left).
+//!
+//! A state sync builds its store in `restore-<h>-<root16>` (`<root16>`: the first 8 bytes
+//! of the trusted root in hex), which never opens as a store before it is finished (the
+//! ingest's journal), then renames it to a `state-*` name, syncs `<home>` and switches
+//! `CURRENT`. An unfinished one is kept across a restart while the live store is at height
+//! 0 (CometBFT state-syncs only a node with no state), so that an offer of the same
+//! snapshot resumes it; any other is deleted when a snapshot is accepted, and all of them
+//! once the live store is past height 0.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use bavl_core::Tree;
-use bavl_store::{Options, Store, StoreError};
+use bavl_core::{Digest, Tree};
+use bavl_store::{Ingest, IngestOptions, Options, Store, StoreError};
 
 const CURRENT: &str = "CURRENT";
 
@@ -89,10 +99,7 @@ impl Home {
         opts: &Options,
     ) -> Result<Store, HomeError> {
         let old = self.current()?;
-        let tag = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let name = format!("state-{height}-{tag:x}");
+        let name = format!("state-{height}-{}", tag());
         let dir = self.root.join(&name);
         let _ = fs::remove_dir_all(&dir);
         Store::create_from_tree(&dir, tree, height)?;
@@ -102,6 +109,66 @@ impl Home {
             fs::remove_dir_all(&old).map_err(io(format!("removing {}", old.display())))?;
         }
         Ok(store)
+    }
+
+    /// Starts, or resumes, the state sync of the snapshot of `height` with trusted root
+    /// `root`: deletes every other unfinished restore, then opens the ingest of this one
+    /// (one that cannot be resumed, such as a damaged journal, is deleted and started
+    /// afresh). It makes what it holds durable every `flush_bytes` of bodies.
+    pub fn begin_restore(
+        &self,
+        height: u64,
+        root: &Digest,
+        flush_bytes: u64,
+    ) -> Result<Ingest, HomeError> {
+        let name = restore_name(height, root);
+        self.remove_restores(Some(&name))?;
+        let dir = self.root.join(&name);
+        let opts = || IngestOptions { flush_bytes, ..IngestOptions::default() };
+        match Ingest::open(&dir, *root, height, opts()) {
+            Ok(ingest) => Ok(ingest),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), "starting the restore afresh: {e}");
+                fs::remove_dir_all(&dir).map_err(io(format!("removing {}", dir.display())))?;
+                Ok(Ingest::open(&dir, *root, height, opts())?)
+            }
+        }
+    }
+
+    /// Finishes the restore `ingest` (every chunk held; the skeleton's root is checked),
+    /// makes it the live store and opens it with `opts`; the previous store's directory
+    /// is deleted afterwards. The caller must have dropped its `Store` first.
+    pub fn finish_restore(&self, ingest: Ingest, opts: &Options) -> Result<Store, HomeError> {
+        let (height, root) = (ingest.version(), ingest.root());
+        let from = self.root.join(restore_name(height, &root));
+        ingest.finish()?;
+        let old = self.current()?;
+        let name = format!("state-{height}-{}", tag());
+        let dir = self.root.join(&name);
+        fs::rename(&from, &dir).map_err(io(format!("renaming {}", from.display())))?;
+        fs::File::open(&self.root)
+            .and_then(|d| d.sync_all())
+            .map_err(io(format!("syncing {}", self.root.display())))?;
+        self.write_current(&name)?;
+        let store = Store::open(&dir, opts.clone())?;
+        if old != dir {
+            fs::remove_dir_all(&old).map_err(io(format!("removing {}", old.display())))?;
+        }
+        Ok(store)
+    }
+
+    /// Deletes every unfinished restore but `keep`.
+    pub fn remove_restores(&self, keep: Option<&str>) -> Result<(), HomeError> {
+        let entries =
+            fs::read_dir(&self.root).map_err(io(format!("listing {}", self.root.display())))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if is_restore_name(&name) && Some(name.as_str()) != keep {
+                fs::remove_dir_all(entry.path())
+                    .map_err(io(format!("removing {}", entry.path().display())))?;
+            }
+        }
+        Ok(())
     }
 
     fn write_current(&self, name: &str) -> Result<(), HomeError> {
@@ -122,6 +189,30 @@ impl Home {
         }
         Ok(())
     }
+}
+
+/// A unique suffix for a new store's directory.
+fn tag() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}")
+}
+
+/// The directory of the restore of the snapshot of `height` with root `root`.
+fn restore_name(height: u64, root: &Digest) -> String {
+    format!("restore-{height}-{}", hex::encode(&root[..8]))
+}
+
+/// Whether `name` is a restore's directory name (`restore-<digits>-<16 hex digits>`).
+fn is_restore_name(name: &str) -> bool {
+    let Some((height, root)) = name.strip_prefix("restore-").and_then(|r| r.split_once('-')) else {
+        return false;
+    };
+    !height.is_empty()
+        && height.bytes().all(|b| b.is_ascii_digit())
+        && root.len() == 16
+        && root.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn valid_name(name: &str) -> bool {

@@ -1,5 +1,8 @@
 //! Restoring a snapshot offered by CometBFT: each bundle verified in full before any of
-//! it is kept. Sans-I/O: the caller writes the finished tree.
+//! it is kept, into a target: a [`bavl_store::Ingest`] (the application's: each verified
+//! chunk's body appended to the new store's chunk files, its skeleton entry kept, so the
+//! restore holds about 70 bytes a chunk and one bundle in memory, whatever the state's
+//! size), or a tree in memory (sans-I/O, for tests and tools: the caller writes it).
 //!
 //! [`Restoring::offer`] accepts a snapshot only if its format is 1, its metadata is well
 //! formed and matches its hash, and its root equals the app hash CometBFT's light client
@@ -11,6 +14,7 @@
 //! is rejected.
 
 use bavl_core::{Digest, Restore, Tree};
+use bavl_store::Ingest;
 
 use crate::snapshot::{split_bundle, Metadata, FORMAT};
 
@@ -41,16 +45,29 @@ pub enum Applied {
     RejectSnapshot { reason: String },
     /// The last bundle: the restored tree, whose root is the trusted app hash.
     Complete(Box<Tree>),
+    /// The last bundle of a restore into a store: every chunk is in the ingest; the
+    /// caller finishes it ([`Ingest::finish`] checks the root).
+    Ingested(Box<Ingest>),
+    /// The target failed to write (I/O): nothing more can be kept.
+    Failed { reason: String },
     /// The last bundle of a null restore (nothing verified, nothing kept).
     #[cfg(feature = "test-rigs")]
     CompleteNull,
+}
+
+/// Where verified chunks go.
+enum Target {
+    Memory(Restore),
+    Store(Box<Ingest>),
+    /// Handed to the caller (the last bundle was kept).
+    Done,
 }
 
 /// A restore in progress.
 pub struct Restoring {
     pub height: u64,
     pub meta: Metadata,
-    restore: Restore,
+    target: Target,
     kept: Vec<bool>,
     left: u64,
     /// Bytes of the bundles kept so far.
@@ -86,7 +103,7 @@ impl Restoring {
         Ok(Restoring {
             height,
             meta,
-            restore: Restore::new(meta.root),
+            target: Target::Memory(Restore::new(meta.root)),
             kept: vec![false; bundles],
             left: bundles as u64,
             bytes: 0,
@@ -98,6 +115,35 @@ impl Restoring {
         self.meta.root
     }
 
+    /// Restores into `ingest` (opened for this snapshot's root and height) instead of
+    /// memory. An ingest resumed after a crash already holds chunks: every bundle whose
+    /// chunks it all holds counts as kept (a repeat of it is accepted unread).
+    pub fn into_store(mut self, ingest: Ingest) -> Restoring {
+        for (i, kept) in self.kept.iter_mut().enumerate() {
+            *kept = self.meta.bundle_range(i as u64).all(|j| ingest.have(j));
+        }
+        self.left = self.kept.iter().filter(|k| !**k).count() as u64;
+        self.target = Target::Store(Box::new(ingest));
+        self
+    }
+
+    /// Bundles kept so far (resumed ones included).
+    pub fn bundles_kept(&self) -> u64 {
+        self.kept.len() as u64 - self.left
+    }
+
+    /// The last bundle is kept: hands the target over.
+    fn complete(&mut self) -> Applied {
+        match std::mem::replace(&mut self.target, Target::Done) {
+            Target::Memory(restore) => match restore.finish(self.meta.capacity) {
+                Ok(tree) => Applied::Complete(Box::new(tree)),
+                Err(e) => Applied::RejectSnapshot { reason: format!("finishing the restore: {e}") },
+            },
+            Target::Store(ingest) => Applied::Ingested(ingest),
+            Target::Done => Applied::Duplicate,
+        }
+    }
+
     /// Verifies bundle `index` whole, then keeps it.
     pub fn apply(&mut self, index: u32, bytes: &[u8]) -> Applied {
         let i = u64::from(index);
@@ -105,7 +151,9 @@ impl Restoring {
             return Applied::Retry { reason: format!("bundle {i} of {}", self.kept.len()) };
         };
         if kept {
-            return Applied::Duplicate;
+            // A resumed restore may have held every bundle already: the first repeat
+            // completes it.
+            return if self.left == 0 { self.complete() } else { Applied::Duplicate };
         }
         let range = self.meta.bundle_range(i);
         let parts = match split_bundle(bytes, range.end - range.start) {
@@ -127,9 +175,20 @@ impl Restoring {
             }
         }
         for c in verified {
-            if let Err(e) = self.restore.add_verified(c) {
-                // Unreachable for chunks verified against this root at distinct indexes.
-                return Applied::RejectSnapshot { reason: format!("bundle {i}: {e}") };
+            match &mut self.target {
+                Target::Memory(restore) => {
+                    if let Err(e) = restore.add_verified(c) {
+                        // Unreachable for chunks verified against this root at distinct
+                        // indexes.
+                        return Applied::RejectSnapshot { reason: format!("bundle {i}: {e}") };
+                    }
+                }
+                Target::Store(ingest) => {
+                    if let Err(e) = ingest.add_verified(c) {
+                        return Applied::Failed { reason: format!("bundle {i}: {e}") };
+                    }
+                }
+                Target::Done => return Applied::Duplicate,
             }
         }
         self.kept[index as usize] = true;
@@ -138,11 +197,7 @@ impl Restoring {
         if self.left > 0 {
             return Applied::Accepted { bundles_left: self.left };
         }
-        let restore = std::mem::replace(&mut self.restore, Restore::new(self.meta.root));
-        match restore.finish(self.meta.capacity) {
-            Ok(tree) => Applied::Complete(Box::new(tree)),
-            Err(e) => Applied::RejectSnapshot { reason: format!("finishing the restore: {e}") },
-        }
+        self.complete()
     }
 }
 

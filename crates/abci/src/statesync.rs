@@ -205,6 +205,15 @@ pub(crate) fn offer_snapshot(
     node.sync.offered(offered.is_err());
     let result = match offered {
         Ok(r) => {
+            // The previous restore's ingest (and its directory's lock) goes first.
+            node.restoring = None;
+            let r = match r {
+                Restorer::Bavl(r) => {
+                    Restorer::Bavl(into_store(&node, r, app.cfg().restore_flush_bytes))
+                }
+                #[cfg(feature = "test-rigs")]
+                other => other,
+            };
             tracing::info!(height = s.height, bundles = s.chunks, "snapshot accepted, restoring");
             node.restoring = Some(r);
             R::Accept
@@ -257,6 +266,17 @@ pub(crate) fn apply_snapshot_chunk(
             node.restoring = None;
             answer(R::RejectSnapshot)
         }
+        Applied::Failed { reason } => panic!("restoring the snapshot of height {height}: {reason}"),
+        Applied::Ingested(ingest) => {
+            let Some(restoring) = node.restoring.take() else { return answer(R::Abort) };
+            node.sync.bundles_kept += 1;
+            let opts = app.cfg().store_options();
+            let what = format!("finishing the restored state at height {height}");
+            node.reopen_store(&what, |home| home.finish_restore(*ingest, &opts));
+            installed(&mut node, &restoring);
+            node.sync.write(&app.cfg().home, height, restoring.mode(), restoring.bytes());
+            answer(R::Accept)
+        }
         Applied::Complete(mut tree) => {
             let Some(restoring) = node.restoring.take() else { return answer(R::Abort) };
             node.sync.bundles_kept += 1;
@@ -276,10 +296,33 @@ pub(crate) fn apply_snapshot_chunk(
     }
 }
 
+/// Restores `r` into a store built in the application's directory (resuming what an
+/// interrupted restore of the same snapshot kept). A failure to start it is fatal, as a
+/// store failure is.
+fn into_store(node: &Node, r: Restoring, flush_bytes: u64) -> Restoring {
+    let (height, root) = (r.height, r.root());
+    let ingest = match node.home.begin_restore(height, &root, flush_bytes) {
+        Ok(i) => i,
+        Err(e) => panic!("starting the restore of height {height}: {e}"),
+    };
+    let r = r.into_store(ingest);
+    if r.bundles_kept() > 0 {
+        tracing::info!(height, bundles = r.bundles_kept(), "resuming an interrupted restore");
+    }
+    r
+}
+
+/// Writes a tree restored in memory (the baseline's) as the live store.
 fn install(app: &App, node: &mut Node, tree: &mut bavl_core::Tree, r: &Restorer) {
     let (height, opts) = (r.height(), app.cfg().store_options());
     let what = format!("writing the restored state at height {height}");
     node.reopen_store(&what, |home| home.install(tree, height, &opts));
+    installed(node, r);
+}
+
+/// The restored store is live: the node goes on from its height.
+fn installed(node: &mut Node, r: &Restorer) {
+    let height = r.height();
     node.pending = None;
     node.window = crate::metrics::Window::new(height + 1);
     tracing::info!(

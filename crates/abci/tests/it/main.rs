@@ -7,6 +7,7 @@ mod baseline;
 mod blocks;
 mod genesis;
 mod light;
+mod restore;
 mod snapshots;
 mod statesync;
 mod support;
