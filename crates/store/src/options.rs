@@ -24,10 +24,6 @@ pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 pub enum CheckpointPolicy {
     /// Only when [`crate::Store::checkpoint`] is called.
     Manual,
-    /// [`CheckpointPolicy::PAGED`] for a paged store ([`Options::cache_bytes`] set),
-    /// [`CheckpointPolicy::UNPAGED`] for an in-memory one: decided when the store opens
-    /// (the default).
-    Suited,
     /// When the log written since the last checkpoint exceeds both `min_log_bytes` and
     /// `log_ratio` times the size of the last checkpoint. The log's disk use and the
     /// replay work on open stay proportional to the state's size.
@@ -40,7 +36,7 @@ impl CheckpointPolicy {
     /// checkpoint's size (64 MiB at least) before the next one.
     pub const UNPAGED: CheckpointPolicy =
         CheckpointPolicy::Auto { log_ratio: 1.0, min_log_bytes: 64 << 20 };
-    /// The default of a paged store ([`Options::paged`]): a checkpoint writes only the
+    /// The default ([`Options::default`], [`Options::paged`]): a checkpoint writes only the
     /// bodies not yet on disk and a skeleton (about 67 bytes per chunk), while replaying
     /// the log on open reads a chunk from disk per operation, as applying it did. So the
     /// log is kept short: a checkpoint every 4 MiB of log (about 30k Workload B
@@ -50,12 +46,13 @@ impl CheckpointPolicy {
     pub const PAGED: CheckpointPolicy =
         CheckpointPolicy::Auto { log_ratio: 0.0, min_log_bytes: 4 << 20 };
 
-    /// [`CheckpointPolicy::Suited`] made concrete for a store that is `paged` or not;
-    /// any other policy unchanged.
+    /// The policy a store that is `paged` or not runs with: [`CheckpointPolicy::PAGED`]
+    /// (the default's) given to an in-memory store is [`CheckpointPolicy::UNPAGED`], since
+    /// its checkpoints write the whole state (one every 4 MiB of log would rewrite it
+    /// over and over); any other policy as given.
     pub fn resolve(self, paged: bool) -> CheckpointPolicy {
         match self {
-            CheckpointPolicy::Suited if paged => CheckpointPolicy::PAGED,
-            CheckpointPolicy::Suited => CheckpointPolicy::UNPAGED,
+            p if p == CheckpointPolicy::PAGED && !paged => CheckpointPolicy::UNPAGED,
             other => other,
         }
     }
@@ -86,8 +83,8 @@ pub struct Options {
     pub capacity: Option<u32>,
     /// How many of the newest versions stay readable (at least 1).
     pub keep_recent: u64,
-    /// When checkpoints are written (by default [`CheckpointPolicy::Suited`]: the policy
-    /// that suits a paged or an in-memory store).
+    /// When checkpoints are written (by default [`CheckpointPolicy::PAGED`], taken as
+    /// [`CheckpointPolicy::UNPAGED`] by an in-memory store: [`CheckpointPolicy::resolve`]).
     pub checkpoint: CheckpointPolicy,
     /// How fast background checkpoints write (by default spread over the commits, so they
     /// never slow them down in bursts; see [`CheckpointPace`]).
@@ -168,7 +165,7 @@ impl Default for Options {
         Options {
             capacity: None,
             keep_recent: 4,
-            checkpoint: CheckpointPolicy::Suited,
+            checkpoint: CheckpointPolicy::PAGED,
             checkpoint_pace: CheckpointPace::default(),
             reclaim: Reclaim::default(),
             head_interval: Some(Duration::from_secs(1)),
