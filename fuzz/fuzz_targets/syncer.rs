@@ -2,9 +2,9 @@
 //! root: each request in flight may be answered with its true body, another chunk's, a
 //! short or garbage body, an over-long one, or any failure, in any order; verifications
 //! come back late and out of order; time jumps. Must never panic; `buffered()` never
-//! exceeds the budget; a chunk is accepted only as the exported one; `Done` means every
-//! chunk is in, and then `finish()` gives the fixture's tree; with no adversarial op at
-//! all the sync must get there.
+//! exceeds the budget; a chunk is accepted only as the exported one, and once; `Done`
+//! means every chunk is in, and then the accepted chunks rebuild the fixture's tree; with
+//! no adversarial op at all the sync must get there.
 //!
 //! Input: `[fixture, sources, early_limit, ops...]`, each op a byte pair
 //! `(what, which)`; when the ops run out, every source turns honest until the sync ends or
@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use bavl_core::Sha256;
+use bavl_core::{Restore, Sha256};
 use bavl_fuzz::fixture;
 use bavl_sync::{Action, Event, FailureKind, Manifest, Options, Request, Syncer, VerifyJob, Want};
 use libfuzzer_sys::fuzz_target;
@@ -47,8 +47,12 @@ fuzz_target!(|data: &[u8]| {
         s.add_source(now);
     }
     let (mut flights, mut jobs) = (Vec::<Request>::new(), Vec::<VerifyJob>::new());
+    let mut restore = Restore::<Sha256>::new(f.root);
     // Carries out the syncer's actions; true once it said `Done`.
-    let drain = |s: &mut Syncer<Sha256>, flights: &mut Vec<Request>, jobs: &mut Vec<VerifyJob>| {
+    let drain = |s: &mut Syncer<Sha256>,
+                 flights: &mut Vec<Request>,
+                 jobs: &mut Vec<VerifyJob>,
+                 restore: &mut Restore<Sha256>| {
         assert!(s.buffered() <= budget, "buffered {} over the budget", s.buffered());
         assert!(s.in_flight() <= max_in_flight, "{} requests in flight", s.in_flight());
         let mut done = false;
@@ -57,12 +61,11 @@ fuzz_target!(|data: &[u8]| {
                 Action::Send(r) => flights.push(r),
                 Action::Cancel(id) => flights.retain(|r| r.id != id),
                 Action::Verify(j) => jobs.push(j),
-                Action::Accepted { index, body, .. } => {
-                    assert_eq!(
-                        Some(&body),
-                        f.chunks.get(index as usize),
-                        "a foreign chunk {index}"
-                    );
+                Action::Accepted { index, len, chunk, .. } => {
+                    let exported = f.chunks.get(index as usize).map(|c| c.len() as u64);
+                    assert_eq!(Some(len), exported, "a foreign chunk {index}");
+                    assert_eq!(chunk.index, index);
+                    restore.add_verified(*chunk).expect("a chunk accepted once, of the root");
                 }
                 Action::Done => done = true,
                 Action::Failed(_) | Action::Banned { .. } | Action::Dropped { .. } => {}
@@ -70,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
         }
         done
     };
-    let mut done = drain(&mut s, &mut flights, &mut jobs);
+    let mut done = drain(&mut s, &mut flights, &mut jobs, &mut restore);
     // The adversary's turn, then the honest end.
     let mut script = ops.chunks_exact(2).map(|p| (p[0], p[1]));
     let mut quiet = 0;
@@ -136,15 +139,17 @@ fuzz_target!(|data: &[u8]| {
                 s.tick(now);
             }
         }
-        done |= drain(&mut s, &mut flights, &mut jobs);
+        done |= drain(&mut s, &mut flights, &mut jobs, &mut restore);
         quiet =
             if (flights.len(), jobs.len()) == before && script.len() == 0 { quiet + 1 } else { 0 };
     }
     // With no adversary at all, every source is honest from the start: it must end.
     assert!(done || ops.len() >= 2, "{}: an all-honest sync did not finish", f.name);
     if done {
-        let mut tree =
-            s.finish().unwrap_or_else(|e| panic!("{}: done, then finish failed: {e}", f.name));
+        let capacity = s.shape().map_or(0, |sh| sh.capacity);
+        let mut tree = restore
+            .finish(capacity)
+            .unwrap_or_else(|e| panic!("{}: done, then the rebuild failed: {e}", f.name));
         assert_eq!(tree.root_hash(), f.root);
         assert_eq!(tree.len() as usize, f.entries.len());
     }

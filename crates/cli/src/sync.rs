@@ -1,6 +1,9 @@
 //! `bavl sync`: downloads a version from many untrusted HTTP sources (peers running
 //! `bavl serve`, static mirrors of `bavl export`), verifying every chunk against the
-//! trusted root, and writes it durably as a new store.
+//! trusted root, and writes each into the new store's own files as it arrives
+//! (`bavl_store::Ingest`): the state is never held in memory, and the directory being
+//! built is what a killed sync resumes from. At the end the store is installed paged and
+//! opened once to check its version and root.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,16 +11,17 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use bavl_store::Store;
-use bavl_sync::http::{self, BaseUrl, DownloadError, SourceEvent, SyncConfig};
-use bavl_sync::{Health, Options, SourceReport, Status, SyncError, Syncer};
+use bavl_store::{Ingest, IngestOptions, StoreError};
+use bavl_sync::http::{self, BaseUrl, DownloadError, Progress, SourceEvent, SyncConfig};
+use bavl_sync::{Health, Options, SourceReport, Status, SyncError};
 use serde_json::{json, Value};
 
-use crate::store_cmds::store_error;
+use crate::store_cmds::{open_existing_with, store_error};
 
 #[derive(clap::Args)]
 pub struct SyncArgs {
-    /// Directory of the new store (must not exist, or be empty).
+    /// Directory of the new store: absent, empty, or holding an unfinished sync of the
+    /// same --root and --version, which is resumed (what it holds is not fetched again).
     #[arg(long, value_name = "PATH")]
     db: PathBuf,
     /// The trusted root hash (64 hex digits), e.g. from a block header.
@@ -29,11 +33,6 @@ pub struct SyncArgs {
     /// A source's base URL (http://host:port[/path]); repeat for more.
     #[arg(long = "peer", value_name = "URL", required = true, num_args = 1..)]
     peers: Vec<String>,
-    /// Resume file (default: PATH.sync-resume beside the store; best on the same file
-    /// system, where it is renamed into the store rather than copied). A killed sync
-    /// continues where it stopped.
-    #[arg(long, value_name = "FILE")]
-    resume: Option<PathBuf>,
     /// Write a JSON summary to FILE (also when the sync fails: `"ok": false`, the reason
     /// and every source's outcome).
     #[arg(long, value_name = "FILE")]
@@ -75,7 +74,8 @@ pub struct SyncArgs {
     budget_mib: u64,
     /// Write a line of progress to FILE about ten times a second (CSV: seconds, chunks
     /// verified, total, requests in flight, chunks being verified, bytes buffered, bytes
-    /// fetched), to see where a sync spends its time.
+    /// fetched, chunks written, of which durable: a kill loses none of those), to see where
+    /// a sync spends its time.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// No progress bar.
@@ -92,30 +92,39 @@ Every chunk is verified against --root alone; a source is banned at its first in
 answer (bad chunk, lying manifest, over-long, stalled or garbage response) and its chunks
 are fetched elsewhere. Sources that deliver verified chunks are preferred; one that has
 delivered nothing never holds work an idle one that delivers could do, so any number of
-slow or silent sources cannot stall the sync (docs/sync-protocol.md §5). Chunks are appended to the resume file as they verify: run the same
-command again after a kill and only the missing chunks are fetched. The resume file is the
-new store's checkpoint being filled: at the end the tree is rebuilt, its root checked, and
-the file sealed and moved into --db, which opens at --version (the state is written once,
-while it downloads).
+slow or silent sources cannot stall the sync (docs/sync-protocol.md §5).
+
+Each verified chunk is written into --db as it arrives (the store's chunk files and a
+journal, made durable every second); the state is never held in memory. Memory: the
+--budget-mib of unverified data, 16 MiB of verified chunks on their way to the disk, and
+about 100 bytes per chunk (the skeleton being built), whatever the state's size. Killed,
+or stopped by an error (a full disk, no source left), the sync leaves --db holding what it
+wrote: run the same command again and only the missing chunks are fetched. Until the sync
+completes, --db is not a store (opening it is refused). At the end the store is installed
+paged at --version and opened once to check its root; open it paged (bavl serve, export,
+get: --cache-mib; the library: Options::paged) so the state stays on disk.
 
 With --json FILE the summary is written whatever happens: \"ok\": true with the totals, or
-\"ok\": false with \"reason\" (no_sources, chunk_too_large, restore, error), \"error\" and
-every source's outcome (live, banned or dropped, and why).
+\"ok\": false with \"reason\" (no_sources, chunk_too_large, restore, write, error),
+\"error\" and every source's outcome (live, banned or dropped, and why).
 
-Exit status: 0 synced, 1 the sync failed (no honest source left; the resume file is
-kept), 2 bad arguments, --db not empty, or an I/O error.";
+Exit status: 0 synced, 1 the sync failed (no honest source left; --db keeps what was
+written), 2 bad arguments, --db holding something else, or an I/O error (a full disk:
+--db keeps what was written; free space and resume).";
 
 /// What the sync had reached when it stopped, for the summary of a failed run.
 #[derive(Default)]
 struct Seen {
     urls: Vec<BaseUrl>,
     root: Option<String>,
-    resume: Option<PathBuf>,
     /// The syncer's last state, given to the progress callback (once more at the end).
     sources: Vec<SourceReport>,
     status: Option<Status>,
     events: Vec<SourceEvent>,
     fetched_bytes: u64,
+    written: u64,
+    /// Chunks --db held when the run started.
+    resumed: u64,
 }
 
 /// Runs the sync; with `--json`, a summary is written whatever the outcome (`"ok": false`
@@ -132,11 +141,12 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
             for ev in &seen.events {
                 eprintln!("{}", describe(ev, &seen.urls));
             }
-            let kept = seen
-                .resume
-                .as_ref()
-                .map_or(String::new(), |r| format!(" (the resume file {} is kept)", r.display()));
-            eprintln!("error: the sync failed: {e}{kept}");
+            eprintln!(
+                "error: the sync failed: {e} ({} holds {} chunks written: run the same \
+                 command again to resume)",
+                args.db.display(),
+                seen.written
+            );
             let reason = match e {
                 SyncError::NoSources { .. } => "no_sources",
                 SyncError::ChunkTooLarge { .. } => "chunk_too_large",
@@ -145,7 +155,8 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
             (Ok(ExitCode::from(1)), failure_summary(args, &seen, reason, &e.to_string(), start))
         }
         Err(e) => {
-            let summary = failure_summary(args, &seen, "error", &format!("{e:#}"), start);
+            let reason = if e.is::<WriteFailed>() { "write" } else { "error" };
+            let summary = failure_summary(args, &seen, reason, &format!("{e:#}"), start);
             (Err(e), summary)
         }
     };
@@ -157,8 +168,20 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
     code
 }
 
-/// The sync up to the written store: its summary, or why the sync failed (exit 1), or
-/// another error (bad arguments, I/O: exit 2 or 3).
+/// Writing the verified chunks into --db failed (a full disk, say).
+#[derive(Debug)]
+struct WriteFailed(String);
+
+impl std::fmt::Display for WriteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WriteFailed {}
+
+/// The sync up to the installed store: its summary, or why the sync failed (exit 1), or
+/// another error (bad arguments, I/O: exit 2).
 fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>> {
     let lower = args.root.to_ascii_lowercase();
     let root = bavl_sync::protocol::parse_root(&lower)
@@ -166,9 +189,116 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
     seen.root = Some(lower);
     let sources = args.peers.iter().map(|p| BaseUrl::parse(p)).collect::<Result<Vec<_>, _>>()?;
     seen.urls = sources.clone();
-    ensure_empty(&args.db)?;
-    let resume = args.resume.clone().unwrap_or_else(|| sibling(&args.db, "sync-resume"));
-    seen.resume = Some(resume.clone());
+    let cfg = SyncConfig {
+        sources: sources.clone(),
+        options: options(args)?,
+        verify_threads: args.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+        }),
+        connect_timeout: Duration::from_secs(10),
+    };
+    let mut ingest = Ingest::open(&args.db, root, args.version, IngestOptions::default())
+        .map_err(|e| ingest_error(&args.db, e))?;
+    seen.resumed = ingest.received();
+    let bar = progress_bar(args.quiet);
+    let mut trace = match &args.trace {
+        Some(path) => {
+            let mut f = std::fs::File::create(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            writeln!(
+                f,
+                "seconds,verified,total,in_flight,verifying,buffered_bytes,fetched_bytes,written,durable"
+            )
+            .with_context(|| format!("writing {}", path.display()))?;
+            Some(std::io::BufWriter::new(f))
+        }
+        None => None,
+    };
+    let traced = Instant::now();
+    let mut on_progress = |p: &Progress| {
+        update_bar(&bar, p);
+        let st = p.syncer.status();
+        if let Some(t) = trace.as_mut() {
+            // A trace line that cannot be written is not worth failing the sync for.
+            let _ = writeln!(
+                t,
+                "{:.3},{},{},{},{},{},{},{},{}",
+                traced.elapsed().as_secs_f64(),
+                st.verified,
+                st.total.unwrap_or(0),
+                st.in_flight,
+                st.verifying,
+                st.buffered,
+                p.fetched_bytes,
+                p.written,
+                p.durable
+            );
+            let _ = t.flush();
+        }
+        seen.sources = p.syncer.sources();
+        seen.status = Some(st);
+        seen.events = p.events.to_vec();
+        seen.fetched_bytes = p.fetched_bytes;
+        seen.written = p.written;
+    };
+    let result = http::download(root, args.version, &cfg, &mut ingest, &mut on_progress);
+    bar.finish_and_clear();
+    if let Some(mut t) = trace.take() {
+        let _ = t.flush();
+    }
+    let done = match result {
+        Ok(d) => d,
+        Err(DownloadError::Sync(e)) => return Ok(Err(e)),
+        Err(DownloadError::Sink(e)) => {
+            return Err(WriteFailed(write_failure(&args.db, &*e, seen.written)).into())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let installed = Instant::now();
+    let (version, installed_root) = ingest.finish().map_err(|e| ingest_error(&args.db, e))?;
+    if (version, installed_root) != (args.version, root) {
+        bail!("the store was installed at another version or root (a bug: every chunk verified)");
+    }
+    // Opened as any later user would, paged: the skeleton is read and its root checked
+    // against its chunk hashes; no body is read.
+    let store = open_existing_with(&args.db, 1, Some(0))?;
+    if (store.version(), store.root()) != (args.version, root) {
+        bail!("{} opens at another version or root than synced", args.db.display());
+    }
+    let keys = store.latest().len();
+    drop(store);
+    let install_s = installed.elapsed().as_secs_f64();
+    for e in &done.events {
+        eprintln!("{}", describe(e, &sources));
+    }
+    let secs = done.elapsed.as_secs_f64();
+    let mbps = done.fetched_bytes as f64 / 1e6 / secs.max(1e-9);
+    let banned = done.events.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count();
+    let chunks = done.status.total.unwrap_or(0);
+    let peak_rss = peak_rss_bytes();
+    let rss = peak_rss.map_or(String::new(), |b| format!(", peak RSS {:.0} MB", b as f64 / 1e6));
+    println!(
+        "synced version {} (root {}): {keys} keys, {chunks} chunks ({} fetched, {} resumed) \
+         in {secs:.2} s, {mbps:.1} MB/s{rss}; {banned} banned; store written to {}",
+        args.version,
+        hex::encode(root),
+        done.fetched,
+        done.resumed,
+        args.db.display()
+    );
+    Ok(Ok(json!({
+        "ok": true, "db": args.db.display().to_string(), "version": args.version,
+        "root": hex::encode(root), "keys": keys, "chunks": chunks,
+        "fetched": done.fetched, "resumed": done.resumed, "fetched_bytes": done.fetched_bytes,
+        "seconds": secs, "mb_per_s": mbps, "install_s": install_s,
+        "peak_rss_bytes": peak_rss, "refetches": done.status.refetches,
+        "speculative": done.status.speculative, "peak_buffered_bytes": done.status.peak_buffered,
+        "banned": banned, "sources": sources_json(&done.sources, &sources),
+    })))
+}
+
+/// The syncer's options from the flags.
+fn options(args: &SyncArgs) -> Result<Options> {
     let secs = |s: f64, what: &str| {
         Duration::try_from_secs_f64(s)
             .ok()
@@ -181,7 +311,7 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         "--budget-mib must be at least {floor}: it must hold the largest chunk accepted"
     );
     anyhow::ensure!(args.max_in_flight >= 4, "--max-in-flight must be at least 4");
-    let options = Options {
+    Ok(Options {
         request_timeout: secs(args.timeout, "timeout")?,
         grace: secs(args.grace, "grace")?,
         min_rate: args.min_rate,
@@ -191,100 +321,48 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         max_in_flight: args.max_in_flight,
         max_buffered_bytes: args.budget_mib.saturating_mul(1 << 20),
         ..Options::default()
-    };
-    let threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
-    });
-    let cfg = SyncConfig {
-        sources: sources.clone(),
-        options,
-        verify_threads: threads,
-        resume: Some(resume.clone()),
-        connect_timeout: Duration::from_secs(10),
-    };
-    let bar = progress_bar(args.quiet);
-    let mut trace = match &args.trace {
-        Some(path) => {
-            let mut f = std::fs::File::create(path)
-                .with_context(|| format!("creating {}", path.display()))?;
-            writeln!(f, "seconds,verified,total,in_flight,verifying,buffered_bytes,fetched_bytes")
-                .with_context(|| format!("writing {}", path.display()))?;
-            Some(std::io::BufWriter::new(f))
-        }
-        None => None,
-    };
-    let traced = Instant::now();
-    let mut on_progress = |s: &Syncer, fetched: u64, ev: &[SourceEvent]| {
-        update_bar(&bar, s, fetched, ev);
-        let st = s.status();
-        if let Some(t) = trace.as_mut() {
-            // A trace line that cannot be written is not worth failing the sync for.
-            let _ = writeln!(
-                t,
-                "{:.3},{},{},{},{},{},{fetched}",
-                traced.elapsed().as_secs_f64(),
-                st.verified,
-                st.total.unwrap_or(0),
-                st.in_flight,
-                st.verifying,
-                st.buffered
-            );
-        }
-        seen.sources = s.sources();
-        seen.status = Some(st);
-        seen.events = ev.to_vec();
-        seen.fetched_bytes = fetched;
-    };
-    let result = http::download(root, args.version, &cfg, &mut on_progress);
-    bar.finish_and_clear();
-    if let Some(mut t) = trace.take() {
-        let _ = t.flush();
-    }
-    let done = match result {
-        Ok(d) => d,
-        Err(DownloadError::Sync(e)) => return Ok(Err(e)),
-        Err(e) => return Err(e.into()),
-    };
-    let mut tree = done.tree;
-    if tree.root_hash() != root {
-        bail!("the rebuilt tree's root differs from --root (a bug: every chunk verified)");
-    }
-    let written = Instant::now();
-    write_store(&args.db, &mut tree, done.checkpoint.as_deref(), args.version)?;
-    let write_s = written.elapsed().as_secs_f64();
-    for e in &done.events {
-        eprintln!("{}", describe(e, &sources));
-    }
-    let secs = done.elapsed.as_secs_f64();
-    let mbps = done.fetched_bytes as f64 / 1e6 / secs.max(1e-9);
-    let banned = done.events.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count();
-    println!(
-        "synced version {} (root {}, {} keys, {} chunks: {} fetched, {} from the resume file) \
-         in {secs:.2} s, {mbps:.1} MB/s; {banned} banned; store written to {}",
-        args.version,
-        hex::encode(root),
-        tree.len(),
-        done.status.total.unwrap_or(0),
-        done.fetched,
-        done.resumed,
-        args.db.display()
-    );
-    let keys = tree.len();
-    // The process ends right after: freeing the million allocations of a large tree one
-    // by one would only delay the exit (tens of milliseconds at 1M keys); the OS takes the
-    // memory back at once.
-    std::mem::forget(tree);
-    Ok(Ok(json!({
-        "ok": true, "db": args.db.display().to_string(), "version": args.version,
-        "root": hex::encode(root), "keys": keys, "chunks": done.status.total,
-        "fetched": done.fetched, "resumed": done.resumed, "fetched_bytes": done.fetched_bytes,
-        "seconds": secs, "mb_per_s": mbps, "write_s": write_s, "refetches": done.status.refetches,
-        "speculative": done.status.speculative, "peak_buffered_bytes": done.status.peak_buffered,
-        "banned": banned, "sources": sources_json(&done.sources, &sources),
-    })))
+    })
 }
 
-/// The summary of a run that did not write a store.
+/// An error of the store being built, with what to do about it.
+fn ingest_error(db: &Path, e: StoreError) -> anyhow::Error {
+    match e {
+        StoreError::InvalidOption(_) | StoreError::UnfinishedIngest(_) => anyhow::anyhow!(
+            "{e} (bavl sync writes a new store into an absent or empty directory, or resumes \
+             its own unfinished sync of the same --root and --version)"
+        ),
+        e => store_error(db, e),
+    }
+}
+
+/// What to say when writing the chunks failed: the cause, and that --db can be resumed.
+fn write_failure(db: &Path, e: &(dyn std::error::Error + 'static), written: u64) -> String {
+    let mut full = false;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            // ENOSPC, EDQUOT.
+            full |= matches!(io.raw_os_error(), Some(28 | 122));
+        }
+        cause = c.source();
+    }
+    let what = if full { "the disk is full" } else { "writing the store failed" };
+    format!(
+        "{what}: {e}; {} keeps the chunks written before (about {written}): free space or fix \
+         the cause and run the same command again to resume",
+        db.display()
+    )
+}
+
+/// The process's peak resident set (`VmHWM` of `/proc/self/status`), if the system says.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The summary of a run that did not install a store.
 fn failure_summary(
     args: &SyncArgs,
     seen: &Seen,
@@ -297,9 +375,9 @@ fn failure_summary(
     json!({
         "ok": false, "reason": reason, "error": error,
         "db": args.db.display().to_string(), "version": args.version, "root": seen.root,
-        "chunks": status.total, "verified": status.verified,
+        "chunks": status.total, "verified": status.verified, "written": seen.written,
+        "resumed": seen.resumed,
         "fetched_bytes": seen.fetched_bytes, "seconds": start.elapsed().as_secs_f64(),
-        "resume": seen.resume.as_ref().map(|r| r.display().to_string()),
         "banned": count(|e| matches!(e, SourceEvent::Banned { .. })),
         "dropped": count(|e| matches!(e, SourceEvent::Dropped { .. })),
         "sources": sources_json(&seen.sources, &seen.urls),
@@ -336,59 +414,6 @@ fn describe(e: &SourceEvent, sources: &[BaseUrl]) -> String {
     }
 }
 
-/// `PATH.ext` beside `path`.
-fn sibling(path: &Path, ext: &str) -> PathBuf {
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "store".into());
-    name.push(format!(".{ext}"));
-    path.with_file_name(name)
-}
-
-fn ensure_empty(db: &Path) -> Result<()> {
-    match std::fs::read_dir(db) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", db.display())),
-        Ok(mut entries) => match entries.next() {
-            None => Ok(()),
-            Some(_) => bail!("{} is not empty: bavl sync writes a new store", db.display()),
-        },
-    }
-}
-
-/// Makes the store in `PATH.partial`, then renames it to `db` (atomic: `db` is either
-/// absent or the whole store). With the sealed resume file (`checkpoint`), that file
-/// becomes the store's checkpoint: it was filled with the verified chunks while they
-/// arrived, so nothing is written again. Otherwise the tree is written. The store is not
-/// reopened to check it: every chunk was verified against the trusted root, the rebuilt
-/// root was compared, and opening the store (or `bavl check --db`) verifies every chunk
-/// of its checkpoint again.
-fn write_store(
-    db: &Path,
-    tree: &mut bavl_core::Tree,
-    checkpoint: Option<&Path>,
-    version: u64,
-) -> Result<()> {
-    let partial = sibling(db, "partial");
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial)
-            .with_context(|| format!("removing the left-over {}", partial.display()))?;
-    }
-    match checkpoint {
-        Some(file) => Store::adopt_checkpoint(&partial, file, version),
-        None => Store::create_from_tree(&partial, tree, version),
-    }
-    .map_err(|e| store_error(&partial, e))?;
-    if db.exists() {
-        std::fs::remove_dir(db).with_context(|| format!("removing the empty {}", db.display()))?;
-    }
-    std::fs::rename(&partial, db)
-        .with_context(|| format!("renaming {} to {}", partial.display(), db.display()))?;
-    let parent = db.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::File::open(parent)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("syncing {}", parent.display()))?;
-    Ok(())
-}
-
 /// The progress bar of a sync (hidden if `quiet`), fed by [`update_bar`].
 pub fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     if quiet {
@@ -403,20 +428,20 @@ pub fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     bar
 }
 
-/// Shows the syncer's progress: chunks verified of the total, rate, sources, bans.
-pub fn update_bar(bar: &indicatif::ProgressBar, s: &Syncer, fetched: u64, ev: &[SourceEvent]) {
-    let st = s.status();
+/// Shows the sync's progress: chunks written of the total, rate, sources, bans.
+pub fn update_bar(bar: &indicatif::ProgressBar, p: &Progress) {
+    let st = p.syncer.status();
     if let Some(total) = st.total {
         bar.set_length(total);
     }
-    bar.set_position(st.verified);
+    bar.set_position(p.written);
     let secs = bar.elapsed().as_secs_f64().max(1e-3);
-    let reports = s.sources();
+    let reports = p.syncer.sources();
     let live = reports.iter().filter(|r| r.health == Health::Live).count();
-    let bans = ev.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count();
+    let bans = p.events.iter().filter(|e| matches!(e, SourceEvent::Banned { .. })).count();
     bar.set_message(format!(
-        "{:.1} MB/s, {live}/{} sources, {bans} banned, {} in flight",
-        fetched as f64 / 1e6 / secs,
+        "written, {:.1} MB/s, {live}/{} sources, {bans} banned, {} in flight",
+        p.fetched_bytes as f64 / 1e6 / secs,
         reports.len(),
         st.in_flight
     ));

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use bavl_core::{Hasher, VerifiedChunk};
+use bavl_core::{Hasher, RestoreError, VerifiedChunk};
 
 use crate::error::{BanReason, DropReason, ManifestError, SyncError};
 use crate::request::{RequestId, SourceId, Want};
@@ -17,34 +17,42 @@ use crate::source::{Health, ManifestState};
 use crate::syncer::{Action, Flight, Slot, Syncer, Truth};
 
 impl<H: Hasher> Syncer<H> {
-    /// Keeps a verified chunk; learns the truth from the first one.
-    pub(crate) fn accept(
-        &mut self,
-        vc: VerifiedChunk,
-        len: u64,
-    ) -> Result<(), bavl_core::RestoreError> {
+    /// Marks a verified chunk done; learns the truth from the first one. A chunk that
+    /// contradicts the truth (which only held chunks of another tree could have given) is
+    /// refused, changing nothing.
+    pub(crate) fn accept(&mut self, vc: &VerifiedChunk, len: u64) -> Result<(), RestoreError> {
         let index = vc.index;
-        let first = self.truth.is_none();
-        let truth = Truth { count: vc.chunk_count, capacity: vc.capacity, keys: vc.key_count };
-        self.restore.add_verified(vc)?;
-        if first {
-            self.truth = Some(truth);
-            if self.slots.len() < truth.count as usize {
-                self.slots.resize(truth.count as usize, Slot::default());
-            }
-            for i in 0..truth.count {
-                let s = &mut self.slots[i as usize];
-                if i != index && !s.done && !s.queued && s.copies == 0 && s.verifying == 0 {
-                    s.queued = true;
-                    self.pending.push_back(i);
-                }
-            }
-            // Early requests past the end can bring nothing (honest sources say `404`).
-            self.cancel_chunks(|i| i >= truth.count);
+        let keys = Some(vc.key_count);
+        let truth = Truth { count: vc.chunk_count, capacity: vc.capacity, keys };
+        let contradicts = |t: &Truth| {
+            (t.count, t.capacity) != (truth.count, truth.capacity)
+                || t.keys.is_some_and(|k| Some(k) != keys)
+        };
+        if self.truth.as_ref().is_some_and(contradicts) || vc.root != self.root {
+            return Err(RestoreError::Inconsistent(
+                "chunk count or capacity differs between chunks",
+            ));
         }
+        let first = match &mut self.truth {
+            None => {
+                self.learn(truth, Some(index));
+                true
+            }
+            // The key count was unknown (only held chunks told the shape): learned now,
+            // and every manifest is held against it below.
+            Some(t) if t.keys.is_none() => {
+                t.keys = keys;
+                true
+            }
+            Some(_) => false,
+        };
         let slot = &mut self.slots[index as usize];
+        if slot.done {
+            return Err(RestoreError::Duplicate(index));
+        }
         slot.done = true;
         slot.size = len;
+        self.complete += 1;
         if slot.failed {
             self.status.refetches += 1;
         }
@@ -80,6 +88,25 @@ impl<H: Hasher> Syncer<H> {
         Ok(())
     }
 
+    /// The truth is known (from the first verified chunk, `index`, or from held chunks):
+    /// every slot is made, every chunk neither held nor in flight is queued, and early
+    /// requests past the end are cancelled.
+    pub(crate) fn learn(&mut self, truth: Truth, index: Option<u64>) {
+        self.truth = Some(truth);
+        if self.slots.len() < truth.count as usize {
+            self.slots.resize(truth.count as usize, Slot::default());
+        }
+        for i in 0..truth.count {
+            let s = &mut self.slots[i as usize];
+            if Some(i) != index && !s.done && !s.queued && s.copies == 0 && s.verifying == 0 {
+                s.queued = true;
+                self.pending.push_back(i);
+            }
+        }
+        // Early requests past the end can bring nothing (honest sources say `404`).
+        self.cancel_chunks(|i| i >= truth.count);
+    }
+
     /// Bans the source if its manifest contradicts what verified chunks proved.
     pub(crate) fn check_manifest(&mut self, source: SourceId) {
         let (Some(t), Some(m)) = (self.truth, self.sources[source.0 as usize].manifest()) else {
@@ -90,14 +117,17 @@ impl<H: Hasher> Syncer<H> {
         }
         let reason = if m.chunk_count != t.count
             || m.capacity != t.capacity
-            || m.key_count != t.keys
+            || t.keys.is_some_and(|k| m.key_count != k)
         {
             Some(BanReason::InvalidManifest(ManifestError::Contradicted(
                 "chunk count, capacity or key count",
             )))
         } else {
-            let wrong =
-                self.slots.iter().enumerate().find(|(i, s)| s.done && m.chunk_sizes[*i] != s.size);
+            let wrong = self
+                .slots
+                .iter()
+                .enumerate()
+                .find(|(i, s)| s.done && s.size != 0 && m.chunk_sizes[*i] != s.size);
             wrong.map(|(i, s)| BanReason::SizeMismatch {
                 index: i as u64,
                 len: s.size,

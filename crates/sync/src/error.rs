@@ -72,12 +72,3 @@ pub enum OptionsError {
     #[error("{0}")]
     Invalid(&'static str),
 }
-
-/// Why a resume file could not be read (a torn tail is not an error).
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ResumeError {
-    #[error("not a resume file or damaged header")]
-    BadHeader,
-    #[error("the resume file is for another sync (root or version differs)")]
-    OtherSync,
-}

@@ -66,7 +66,7 @@ impl<H: Hasher> Syncer<H> {
                 let e = ManifestError::Contradicted("the root is not that of an empty tree");
                 return self.ban(source, BanReason::InvalidManifest(e));
             }
-            self.truth = Some(Truth { count: 0, capacity: m.capacity, keys: 0 });
+            self.truth = Some(Truth { count: 0, capacity: m.capacity, keys: Some(0) });
             // Chunks may have been asked for before this manifest came: nothing will be
             // kept of them (the slots stay, for late answers to land on; none can verify).
             self.cancel_chunks(|_| true);
@@ -157,14 +157,16 @@ impl<H: Hasher> Syncer<H> {
                     self.sources[p.source.0 as usize].stats.duplicates += 1;
                     return;
                 }
-                if let Err(e) = self.accept(vc, p.len) {
-                    // Cannot happen for chunks verified against one root (Restore checks).
+                if let Err(e) = self.accept(&vc, p.len) {
+                    // Only chunks given as held, of another tree, can contradict a chunk
+                    // verified against the root.
                     self.fail(crate::SyncError::Restore(e));
                     return;
                 }
                 self.sources[p.source.0 as usize].stats.chunks += 1;
-                let (index, source) = (p.index, p.source);
-                self.actions.push_back(Action::Accepted { index, source, body: v.body });
+                let (index, source, len) = (p.index, p.source, p.len);
+                let chunk = Box::new(vc);
+                self.actions.push_back(Action::Accepted { index, source, len, chunk });
                 self.drop_outrun(index, p.sent, p.rtt);
                 self.cancel_copies(index, p.sent);
             }

@@ -2,17 +2,19 @@
 //!
 //! The only trusted inputs are a root hash and its version. [`Syncer`] is a deterministic
 //! state machine fed with [`Event`]s (responses, failures, verification outcomes, time)
-//! that emits [`Action`]s (requests, cancellations, verification jobs, bans, completion);
-//! it owns the [`bavl_core::Restore`], keeps only chunks that verified against the root,
-//! bans a source on its first invalid response and asks another, adapts each source's
-//! concurrency to its latency, and bounds the bytes it holds for unverified responses.
-//! [`protocol`] gives the HTTP paths, documents and limits (`docs/sync-protocol.md`),
-//! [`resume`] the file that makes a sync resumable. A transport (HTTP, or the simulated
-//! network of the tests) is a thin loop around these.
+//! that emits [`Action`]s (requests, cancellations, verification jobs, accepted chunks,
+//! bans, completion); it hands out each chunk once it verified against the root and keeps
+//! none, bans a source on its first invalid response and asks another, adapts each
+//! source's concurrency to its latency, and bounds the bytes it holds for unverified
+//! responses. Where accepted chunks go is the caller's: a [`Sink`] — the new store's
+//! files as they arrive (`bavl_store::Ingest`, whose directory is also what a killed sync
+//! resumes from), or a [`bavl_core::Restore`] rebuilding a tree in memory.
+//! [`protocol`] gives the HTTP paths, documents and limits (`docs/sync-protocol.md`). A
+//! transport (HTTP, or the simulated network of the tests) is a thin loop around these.
 //!
 //! ```
 //! use std::time::Duration;
-//! use bavl_core::{Sha256, Tree};
+//! use bavl_core::{Restore, Sha256, Tree};
 //! use bavl_sync::{Action, Event, Manifest, Options, Syncer, Want};
 //!
 //! let mut tree = Tree::<Sha256>::new();
@@ -21,6 +23,7 @@
 //! }
 //! let snap = tree.snapshot();
 //! let mut syncer = Syncer::<Sha256>::new(snap.root_hash(), 1, Options::default())?;
+//! let mut restore = Restore::<Sha256>::new(snap.root_hash());
 //! let now = Duration::ZERO;
 //! syncer.add_source(now);
 //! let mut done = false;
@@ -35,12 +38,17 @@
 //!             syncer.handle(now, Event::Response { id: req.id, body });
 //!         }
 //!         Action::Verify(job) => syncer.handle(now, Event::Verified(Box::new(job.run::<Sha256>()))),
+//!         // Kept by the caller: the syncer hands each chunk out once.
+//!         Action::Accepted { chunk, .. } => {
+//!             restore.add_verified(*chunk)?;
+//!         }
 //!         Action::Done => done = true,
 //!         _ => {}
 //!     }
 //! }
 //! assert!(done);
-//! assert_eq!(syncer.finish()?.root_hash(), snap.root_hash());
+//! let capacity = syncer.shape().map_or(0, |s| s.capacity);
+//! assert_eq!(restore.finish(capacity)?.root_hash(), snap.root_hash());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
@@ -53,16 +61,17 @@ pub mod http;
 mod options;
 pub mod protocol;
 mod request;
-pub mod resume;
 mod schedule;
+mod sink;
 mod source;
 mod syncer;
 mod verify;
 
-pub use error::{BanReason, DropReason, ManifestError, OptionsError, ResumeError, SyncError};
+pub use error::{BanReason, DropReason, ManifestError, OptionsError, SyncError};
 pub use options::Options;
 pub use protocol::{ListedSnapshot, Listing, Manifest, PROTOCOL_VERSION};
 pub use request::{BodyGuard, FailureKind, Request, RequestId, SourceId, Verdict, Want};
+pub use sink::{Held, Sink, SinkError};
 pub use source::{Health, SourceReport, SourceStats};
-pub use syncer::{Action, Event, Status, Syncer};
+pub use syncer::{Action, Event, Shape, Status, Syncer};
 pub use verify::{Verified, VerifyJob};

@@ -389,7 +389,7 @@ impl<H: Hasher> Syncer<H> {
     fn settle(&mut self, now: Duration) {
         let complete = match self.truth {
             Some(t) if t.count == 0 => true,
-            Some(_) => self.restore.is_complete(),
+            Some(t) => self.complete == t.count,
             None => false,
         };
         if complete {

@@ -1,7 +1,11 @@
 //! The sans-I/O sync state machine: events in, actions out.
 //!
-//! A [`Syncer`] owns the [`Restore`] of one trusted `(root, version)` and decides which
-//! source is asked for what. It has no threads, no clock and no sockets: the caller feeds
+//! A [`Syncer`] syncs one trusted `(root, version)`: it decides which source is asked for
+//! what and hands out each chunk once it verified ([`Action::Accepted`]); it keeps no
+//! chunk itself, only a few bytes of bookkeeping per chunk (about 25), so the caller
+//! decides where the state goes: into a store's files as it arrives
+//! (`bavl_store::Ingest`), or into a [`bavl_core::Restore`] for a tree in memory. It has
+//! no threads, no clock and no sockets: the caller feeds
 //! it [`Event`]s with the current time (any monotonic clock, as a `Duration` since an epoch
 //! of the caller's choosing) and carries out the [`Action`]s it queues. The same
 //! sequence of events always gives the same actions.
@@ -11,19 +15,24 @@
 //! - a source is banned at its first invalid response (`docs/sync-protocol.md`, peer
 //!   policy) and what it was asked for is asked of another source;
 //! - `buffered()` — the byte limits of requests in flight plus the bodies awaiting
-//!   verification — never exceeds `Options::max_buffered_bytes` (verified chunks live in
-//!   the [`Restore`], as the rebuilt tree will);
-//! - [`Action::Done`] comes once every chunk is verified, while one honest source is left.
+//!   verification — never exceeds `Options::max_buffered_bytes` (a verified chunk leaves
+//!   the syncer in its [`Action::Accepted`]);
+//! - each chunk is accepted exactly once (never one given as held, [`Syncer::add_held`]),
+//!   and every accepted chunk agrees with the [`Shape`] the first one proved;
+//! - [`Action::Done`] comes once every chunk is accepted or held, while one honest source
+//!   is left.
 //!
 //! The caller must: make each [`Action::Send`] request and read its body through
 //! [`crate::BodyGuard`]; report its outcome exactly once (or not at all after
 //! [`Action::Cancel`]); run each [`Action::Verify`] job (on any thread) and feed back its
-//! [`Verified`]; call [`Syncer::tick`] by [`Syncer::next_wakeup`].
+//! [`Verified`]; keep each accepted chunk (the syncer never hands it out again); call
+//! [`Syncer::tick`] by [`Syncer::next_wakeup`].
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::marker::PhantomData;
 use std::time::Duration;
 
-use bavl_core::{Digest, Hasher, Restore, Sha256, Tree, VerifiedChunk};
+use bavl_core::{Digest, Hasher, RestoreError, Sha256, VerifiedChunk};
 
 use crate::error::{BanReason, DropReason, OptionsError, SyncError};
 use crate::options::Options;
@@ -45,7 +54,6 @@ pub enum Event {
 }
 
 /// Something for the caller to do.
-#[derive(Debug)]
 pub enum Action {
     /// Make this request.
     Send(Request),
@@ -53,16 +61,43 @@ pub enum Action {
     Cancel(RequestId),
     /// Verify this body (on any thread) and feed back [`Event::Verified`].
     Verify(VerifyJob),
-    /// Chunk `index` verified and is kept: persist `body` for resuming if wanted.
-    Accepted { index: u64, source: SourceId, body: Vec<u8> },
+    /// Chunk `index` verified: the caller keeps it (the syncer does not, and never asks
+    /// for it again). `len` is the length of the body as it came (its export, proof
+    /// included).
+    Accepted { index: u64, source: SourceId, len: u64, chunk: Box<VerifiedChunk> },
     /// The source sent an invalid response; it is not asked again.
     Banned { source: SourceId, reason: BanReason },
     /// The source is not asked again, without being called a liar.
     Dropped { source: SourceId, reason: DropReason },
-    /// Every chunk is verified: call [`Syncer::finish`].
+    /// Every chunk is accepted or held: the sync is complete.
     Done,
     /// The sync cannot complete.
     Failed(SyncError),
+}
+
+impl std::fmt::Debug for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Send(r) => f.debug_tuple("Send").field(r).finish(),
+            Action::Cancel(id) => f.debug_tuple("Cancel").field(id).finish(),
+            Action::Verify(j) => f.debug_tuple("Verify").field(j).finish(),
+            Action::Accepted { index, source, len, chunk } => f
+                .debug_struct("Accepted")
+                .field("index", index)
+                .field("source", source)
+                .field("len", len)
+                .field("entries", &chunk.len())
+                .finish(),
+            Action::Banned { source, reason } => {
+                f.debug_struct("Banned").field("source", source).field("reason", reason).finish()
+            }
+            Action::Dropped { source, reason } => {
+                f.debug_struct("Dropped").field("source", source).field("reason", reason).finish()
+            }
+            Action::Done => f.write_str("Done"),
+            Action::Failed(e) => f.debug_tuple("Failed").field(e).finish(),
+        }
+    }
 }
 
 /// Overall progress.
@@ -88,11 +123,43 @@ pub struct Status {
 }
 
 /// What the root and the first verified chunk say about the tree.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Truth {
     pub count: u64,
     pub capacity: u32,
-    pub keys: u64,
+    /// Unknown while only held chunks told the count and capacity (a store being built
+    /// keeps no key count): learned from the first chunk that verifies.
+    pub keys: Option<u64>,
+}
+
+/// What the trusted root commits to about the tree: its chunk count, capacity and key
+/// count, proved by any chunk that verifies (or, for the empty tree, by the root itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub chunk_count: u64,
+    pub capacity: u32,
+    /// `None` while only held chunks (given without it) told the shape.
+    pub key_count: Option<u64>,
+}
+
+impl Shape {
+    /// The shape a verified chunk proves.
+    pub fn of(chunk: &VerifiedChunk) -> Shape {
+        let (chunk_count, capacity) = (chunk.chunk_count, chunk.capacity);
+        Shape { chunk_count, capacity, key_count: Some(chunk.key_count) }
+    }
+}
+
+impl From<Truth> for Shape {
+    fn from(t: Truth) -> Shape {
+        Shape { chunk_count: t.count, capacity: t.capacity, key_count: t.keys }
+    }
+}
+
+impl From<Shape> for Truth {
+    fn from(s: Shape) -> Truth {
+        Truth { count: s.chunk_count, capacity: s.capacity, keys: s.key_count }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -103,7 +170,8 @@ pub(crate) struct Slot {
     pub verifying: u8,
     pub queued: bool,
     pub done: bool,
-    /// Once verified: its true length, which every manifest must state.
+    /// Once verified: its true length, which every manifest must state (0 for a chunk
+    /// given as held, whose length this run never saw).
     pub size: u64,
     /// It failed once (a later request is a refetch).
     pub failed: bool,
@@ -136,8 +204,9 @@ pub struct Syncer<H: Hasher = Sha256> {
     pub(crate) root: Digest,
     pub(crate) version: u64,
     pub(crate) opts: Options,
-    pub(crate) restore: Restore<H>,
     pub(crate) truth: Option<Truth>,
+    /// Chunks accepted or held (the slots marked `done`).
+    pub(crate) complete: u64,
     pub(crate) slots: Vec<Slot>,
     pub(crate) pending: VecDeque<u64>,
     /// Before the count is known: the next chunk index to ask for early, and the end of
@@ -155,6 +224,7 @@ pub struct Syncer<H: Hasher = Sha256> {
     /// The latest time the caller gave.
     pub(crate) now: Duration,
     pub(crate) status: Status,
+    pub(crate) _hasher: PhantomData<H>,
 }
 
 impl<H: Hasher> Syncer<H> {
@@ -168,8 +238,8 @@ impl<H: Hasher> Syncer<H> {
             root,
             version,
             opts,
-            restore: Restore::new(root),
             truth: None,
+            complete: 0,
             slots,
             pending: VecDeque::from([0]),
             early_next: 1,
@@ -183,33 +253,58 @@ impl<H: Hasher> Syncer<H> {
             done: false,
             now: Duration::ZERO,
             status: Status::default(),
+            _hasher: PhantomData,
         })
     }
 
-    /// Gives a chunk already held (read back from a resume file): it is verified here and
-    /// never requested. A chunk that fails is refused and will be fetched. Call before the
-    /// first source is added.
-    pub fn add_local_chunk(&mut self, index: u64, body: &[u8]) -> Result<(), bavl_core::Error> {
-        let vc = bavl_core::verify_chunk::<H>(&self.root, index, body)?;
-        self.keep_local(vc, body.len() as u64)
-    }
-
-    /// [`Syncer::add_local_chunk`] for a chunk whose index the caller does not know (a
-    /// resume file's): the index is derived from the chunk's proof and returned.
-    pub fn add_local_chunk_unindexed(&mut self, body: &[u8]) -> Result<u64, bavl_core::Error> {
-        let vc = bavl_core::verify_chunk_unindexed::<H>(&self.root, body)?;
-        let index = vc.index;
-        self.keep_local(vc, body.len() as u64)?;
-        Ok(index)
-    }
-
-    /// Keeps a verified local chunk, unless it is already held.
-    fn keep_local(&mut self, vc: VerifiedChunk, len: u64) -> Result<(), bavl_core::Error> {
-        if self.slots.get(vc.index as usize).is_some_and(|s| s.done) {
-            return Err(bavl_core::RestoreError::Duplicate(vc.index).into());
+    /// Gives chunks the caller already holds (verified by an earlier run and kept, as
+    /// the directory of an unfinished `bavl sync` keeps them), with the shape their first
+    /// chunk proved: they are never requested, and `Done` counts them. Call before the
+    /// first source is added. Nothing is verified here: the caller vouches for what it
+    /// kept (a chunk that contradicts `shape` later fails the sync as inconsistent, and
+    /// the caller's own rebuild checks the root). Refused, changing nothing: after a
+    /// source was added, a shape other than one given before or learned, an index out of
+    /// range, or a chunk count above [`crate::protocol::MAX_CHUNK_COUNT`].
+    pub fn add_held(
+        &mut self,
+        shape: Shape,
+        indices: impl IntoIterator<Item = u64>,
+    ) -> Result<u64, RestoreError> {
+        if !self.sources.is_empty() {
+            return Err(RestoreError::Inconsistent("held chunks given after a source was added"));
         }
-        self.accept(vc, len)?;
-        Ok(())
+        if shape.chunk_count == 0 || shape.chunk_count > crate::protocol::MAX_CHUNK_COUNT {
+            return Err(RestoreError::Inconsistent(
+                "held chunks of a tree of no or too many chunks",
+            ));
+        }
+        let known = |t: Truth| {
+            (t.count, t.capacity) != (shape.chunk_count, shape.capacity)
+                || t.keys.zip(shape.key_count).is_some_and(|(a, b)| a != b)
+        };
+        if self.truth.is_some_and(known) {
+            return Err(RestoreError::Inconsistent("held chunks of another shape"));
+        }
+        let indices: Vec<u64> = indices.into_iter().collect();
+        if let Some(&index) = indices.iter().find(|&&i| i >= shape.chunk_count) {
+            return Err(RestoreError::OutOfRange { index, count: shape.chunk_count });
+        }
+        match &mut self.truth {
+            None => self.learn(shape.into(), None),
+            Some(t) => t.keys = t.keys.or(shape.key_count),
+        }
+        let mut added = 0;
+        for i in indices {
+            let slot = &mut self.slots[i as usize];
+            if !slot.done {
+                slot.done = true;
+                slot.queued = false;
+                self.complete += 1;
+                added += 1;
+            }
+        }
+        // Queued entries of held chunks are skipped when they come up.
+        Ok(added)
     }
 
     /// Adds a source; it is asked for its manifest at once.
@@ -300,7 +395,7 @@ impl<H: Hasher> Syncer<H> {
         self.flights.len()
     }
 
-    /// Indices of the verified chunks, ascending (what a resume file holds).
+    /// Indices of the chunks accepted or held, ascending.
     pub fn verified_indices(&self) -> impl Iterator<Item = u64> + '_ {
         let known = self.truth.is_some();
         self.slots.iter().enumerate().filter(move |(_, s)| known && s.done).map(|(i, _)| i as u64)
@@ -321,11 +416,16 @@ impl<H: Hasher> Syncer<H> {
         self.version
     }
 
-    /// Rebuilds the tree once [`Action::Done`] was emitted; its root is checked.
-    pub fn finish(self) -> Result<Tree<H>, SyncError> {
-        let Some(truth) = self.truth.filter(|_| self.done) else {
-            return Err(SyncError::NotDone);
-        };
-        Ok(self.restore.finish(truth.capacity)?)
+    /// What the root commits to about the tree, once a chunk verified (or held chunks
+    /// were given, or the empty tree was proven). A caller rebuilding a tree in a
+    /// [`bavl_core::Restore`] passes its capacity to `Restore::finish` (which needs it only
+    /// for the empty tree).
+    pub fn shape(&self) -> Option<Shape> {
+        self.truth.map(Shape::from)
+    }
+
+    /// Whether [`Action::Done`] was emitted.
+    pub fn is_done(&self) -> bool {
+        self.done
     }
 }

@@ -17,28 +17,24 @@ pub struct VerifyJob {
     pub body: Vec<u8>,
 }
 
-/// The outcome of a [`VerifyJob`], with its body (kept for persisting if it verified).
+/// The outcome of a [`VerifyJob`]. The body is dropped where it was verified: a chunk
+/// that verified carries its decoded entries, which is all a caller keeps.
 pub struct Verified {
     pub id: RequestId,
     pub outcome: Result<VerifiedChunk, ProofError>,
-    pub body: Vec<u8>,
 }
 
 impl VerifyJob {
     /// Verifies the body against the root alone.
     pub fn run<H: Hasher>(self) -> Verified {
         let outcome = verify_chunk::<H>(&self.root, self.index, &self.body);
-        Verified { id: self.id, outcome, body: self.body }
+        Verified { id: self.id, outcome }
     }
 }
 
 impl fmt::Debug for Verified {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let outcome = self.outcome.as_ref().map(|c| c.index);
-        f.debug_struct("Verified")
-            .field("id", &self.id)
-            .field("outcome (index)", &outcome)
-            .field("body_len", &self.body.len())
-            .finish()
+        f.debug_struct("Verified").field("id", &self.id).field("outcome (index)", &outcome).finish()
     }
 }

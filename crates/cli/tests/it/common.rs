@@ -2,7 +2,7 @@
 
 use std::process::{Command, Output};
 
-pub use bavl_testutil::{start_until, stderr, Kill, TempDir};
+pub use bavl_testutil::{start_until, stderr, stdout, Kill, TempDir};
 
 /// Runs the real binary.
 pub fn bavl<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {

@@ -1,7 +1,8 @@
 //! `bavl serve`, `bavl export` and `bavl sync` as processes on loopback: a sync from the
 //! server, a static export behind `python3 -m http.server` and a lying server bans the
-//! liar and writes a store that opens at the version and root; a killed sync resumes
-//! without fetching again what it had.
+//! liar and writes a store that opens paged at the version and root with every key; a sync
+//! killed with SIGKILL leaves a directory that is not a store, and the same command
+//! resumes it without fetching again what it had made durable.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -107,11 +108,12 @@ fn sync_from_server_mirror_and_liar_writes_a_store() {
 
     let out = bavl_sync(&dst, &root, v, &peers, &json).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut store = Store::open(&dst, Options::default()).unwrap();
-    assert_eq!(store.version(), v);
-    assert_eq!(hex::encode(store.root()), root);
-    assert_eq!(store.get(b"second").unwrap(), Some(&b"version"[..]));
+    let stdout = common::stdout(&out);
+    assert!(stdout.contains("3001 keys") && stdout.contains("0 resumed"), "{stdout}");
+    check_store(&dst, v, &root);
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(s["keys"], 3001, "{s}");
+    assert!(s["peak_rss_bytes"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(s["sources"][0]["health"], "banned", "{s}");
     // The honest sources: live, or (one that delivered nothing before the other
     // finished) dropped as unproductive; never banned.
@@ -128,33 +130,66 @@ fn sync_from_server_mirror_and_liar_writes_a_store() {
     assert_eq!(out.status.code(), Some(2));
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!((&s["ok"], &s["reason"]), (&false.into(), &"error".into()), "{s}");
-    assert!(s["error"].as_str().unwrap().contains("is not empty"), "{s}");
+    assert!(s["error"].as_str().unwrap().contains("already holds"), "{s}");
+    // So does a directory holding something else.
+    let other = dir.join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), b"mine").unwrap();
+    let out = bavl_sync(&other, &root, v, &peers[1..], &json).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("not empty"), "{}", common::stderr(&out));
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1, "nothing written there");
+}
+
+/// The store in `db` opens paged (no body cached) at `v` and `root`, with every key.
+fn check_store(db: &std::path::Path, v: u64, root: &str) {
+    let opts = Options { read_only: true, ..Options::paged(0) };
+    let mut store = Store::open(db, opts).unwrap();
+    assert_eq!((store.version(), hex::encode(store.root())), (v, root.to_string()));
+    for i in 0u32..3000 {
+        let want = format!("value {i}");
+        assert_eq!(store.get(&i.to_be_bytes()).unwrap(), Some(want.as_bytes()), "key {i}");
+    }
+    assert_eq!(store.get(b"second").unwrap(), Some(&b"version"[..]));
 }
 
 #[test]
 fn killed_sync_resumes_without_refetching() {
     let dir = TempDir::new("bavl-cli", "sync-resume");
-    let (src, dst, json) = (dir.join("src"), dir.join("dst"), dir.join("s.json"));
+    let (src, dst, json, trace) =
+        (dir.join("src"), dir.join("dst"), dir.join("s.json"), dir.join("trace.csv"));
     let (v, root) = make_store(&src);
     let (_server, url) = serve(&src);
     let slow = proxy(url.clone(), Duration::from_millis(15), false);
-    let mut child =
-        Kill(bavl_sync(&dst, &root, v, &[slow], &json).stderr(Stdio::null()).spawn().unwrap());
-    let resume = dir.join("dst.sync-resume");
-    let rootd = bavl_sync::protocol::parse_root(&root).unwrap();
+    let mut cmd = bavl_sync(&dst, &root, v, &[slow], &json);
+    cmd.arg("--trace").arg(&trace).stderr(Stdio::null());
+    let mut child = Kill(cmd.spawn().unwrap());
+    // The trace's last column: chunks made durable in --db (flushed every second).
     let t = Instant::now();
-    let held = loop {
-        assert!(t.elapsed() < Duration::from_secs(20), "no progress");
+    let durable = loop {
+        assert!(t.elapsed() < Duration::from_secs(30), "no progress");
         std::thread::sleep(Duration::from_millis(50));
-        let Ok(bytes) = std::fs::read(&resume) else { continue };
-        let n = bavl_sync::resume::read(&bytes, &rootd, v).map_or(0, |r| r.chunks.len());
-        if n >= 40 {
+        let text = std::fs::read_to_string(&trace).unwrap_or_default();
+        let last = text.lines().last().and_then(|l| l.rsplit(',').next()?.parse::<u64>().ok());
+        if let Some(n) = last.filter(|&n| n >= 40) {
             break n;
         }
     };
     child.0.kill().unwrap();
     child.0.wait().unwrap();
-    assert!(!dst.exists(), "no store before the sync completes");
+    // Killed mid-transfer: not a store.
+    match Store::open(&dst, Options::default()) {
+        Err(bavl_store::StoreError::UnfinishedIngest(_)) => {}
+        Err(e) => panic!("refused, but as: {e}"),
+        Ok(_) => panic!("a directory holding an unfinished sync opened as a store"),
+    }
+    let out = common::bavl(&["check", "--db", dst.to_str().unwrap()]);
+    assert!(!out.status.success(), "bavl check of an unfinished sync");
+    // Another root is refused, and changes nothing.
+    let other = "00".repeat(32);
+    let out = bavl_sync(&dst, &other, v, std::slice::from_ref(&url), &json).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("unfinished"), "{}", common::stderr(&out));
     let out = bavl_sync(&dst, &root, v, &[url], &json).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -163,11 +198,10 @@ fn killed_sync_resumes_without_refetching() {
         s["fetched"].as_u64().unwrap(),
         s["chunks"].as_u64().unwrap(),
     );
-    assert!(resumed >= held as u64, "{s}");
+    assert!(resumed >= durable, "{durable} were durable: {s}");
+    assert!(resumed < chunks, "the kill came mid-transfer: {s}");
     assert_eq!(resumed + fetched, chunks, "nothing fetched twice: {s}");
-    assert!(!resume.exists(), "the resume file is removed once the store is written");
-    let store = Store::open(&dst, Options::default()).unwrap();
-    assert_eq!((store.version(), hex::encode(store.root())), (v, root));
+    check_store(&dst, v, &root);
 }
 
 /// The library way to serve a store that keeps committing (`bavl serve` cannot: it holds
@@ -215,14 +249,13 @@ fn a_store_served_while_it_commits() {
         sources: vec![BaseUrl::parse(&server.url()).unwrap()],
         options: bavl_sync::Options::default(),
         verify_threads: 2,
-        resume: None,
         connect_timeout: Duration::from_secs(2),
     };
     let before = commits.load(Ordering::Relaxed);
     // The sync can be faster than one commit: its first progress call waits (5 s at
     // most) for a commit, so the two certainly overlap.
     let waited = std::time::Instant::now();
-    let done = http::download(root, v, &cfg, &mut |_, _, _| {
+    let (mut tree, _) = http::download_tree(root, v, &cfg, &mut |_| {
         while commits.load(Ordering::Relaxed) == before && waited.elapsed() < Duration::from_secs(5)
         {
             std::thread::sleep(Duration::from_millis(1));
@@ -232,7 +265,6 @@ fn a_store_served_while_it_commits() {
     let during = commits.load(Ordering::Relaxed) - before;
     stop.store(true, Ordering::Relaxed);
     let retained = writer.join().unwrap();
-    let mut tree = done.tree;
     assert_eq!((v, tree.root_hash(), tree.len()), (1, root, 20_000));
     assert!(during > 0, "no commit while the sync ran");
     catalog.withdraw(v);

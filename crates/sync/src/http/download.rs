@@ -1,29 +1,35 @@
-//! The HTTP sync loop: the [`Syncer`] driven over real sockets.
+//! The HTTP sync loop: the [`Syncer`] driven over real sockets, its verified chunks
+//! handed to a [`Sink`].
 //!
 //! One thread owns the syncer and carries out its actions: each request runs on a thread
 //! of its own through the [`Client`] (the syncer's per-source windows bound how many run
 //! at once), each verification on a pool of worker threads running [`VerifyJob::run`],
-//! so hashing never holds up the network. Everything comes back on one channel. Every
-//! accepted chunk is appended to the resume file (a store checkpoint being filled), which
-//! a thread of its own syncs every 8 MiB, and which is sealed into a complete checkpoint at
-//! the end; a later run with the same file verifies its chunks again and fetches only the
-//! rest. Memory: what the syncer's budget bounds (requests in flight at their
-//! limits, bodies awaiting verification) plus the verified chunks the rebuild needs.
+//! so hashing never holds up the network. Everything comes back on one channel. Each
+//! accepted chunk goes, in the order chunks verify, to a writer thread that owns the
+//! sink: it adds the chunk and flushes the sink every [`FLUSH_EVERY_BYTES`] or
+//! [`FLUSH_EVERY`], whichever comes first, and once more at the end (also when the sync
+//! fails, so what was written can be resumed from), so the network loop never waits for
+//! the disk. Chunks the sink already holds ([`Sink::held`]) are never fetched.
+//!
+//! Memory: what the syncer's budget bounds (requests in flight at their limits, bodies
+//! awaiting verification), the chunks queued for the writer (at most
+//! [`WRITE_QUEUE_BYTES`] of them, counted by their length as fetched; one chunk more
+//! if it alone is larger), a few bytes per chunk of the syncer's bookkeeping, and what
+//! the sink keeps (the whole tree for a [`bavl_core::Restore`]; a skeleton entry per
+//! chunk for `bavl_store::Ingest`).
 
-use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use bavl_core::{Digest, Tree};
+use bavl_core::{Digest, Restore, RestoreError, Tree, VerifiedChunk};
 
 use super::client::{Abort, BaseUrl, Client, Fetch};
 use crate::error::{BanReason, DropReason, OptionsError, SyncError};
-use crate::{resume, Action, Event, Options, Request, RequestId, SourceId, Syncer, VerifyJob};
+use crate::sink::{Sink, SinkError};
+use crate::{Action, Event, Options, Request, RequestId, Shape, SourceId, Syncer, VerifyJob};
 
 /// How to sync.
 #[derive(Debug, Clone)]
@@ -32,8 +38,6 @@ pub struct SyncConfig {
     pub options: Options,
     /// Verification worker threads.
     pub verify_threads: usize,
-    /// The resume file (created if missing); `None` for none.
-    pub resume: Option<PathBuf>,
     pub connect_timeout: Duration,
 }
 
@@ -42,8 +46,12 @@ pub struct SyncConfig {
 pub enum DownloadError {
     #[error(transparent)]
     Options(#[from] OptionsError),
-    #[error("resume file {path}: {source}")]
-    Resume { path: PathBuf, source: io::Error },
+    /// What the sink said it held does not fit the trusted root's tree.
+    #[error("the chunks held from an earlier run do not fit this sync: {0}")]
+    Held(RestoreError),
+    /// The sink failed (a full disk, say); what it had flushed before is kept.
+    #[error("writing the verified chunks: {0}")]
+    Sink(SinkError),
     #[error(transparent)]
     Sync(#[from] SyncError),
 }
@@ -55,13 +63,25 @@ pub enum SourceEvent {
     Dropped { source: SourceId, reason: DropReason },
 }
 
-/// The result of a completed sync.
+/// What a progress callback is shown.
+pub struct Progress<'a> {
+    pub syncer: &'a Syncer,
+    /// Bytes of chunks fetched that verified.
+    pub fetched_bytes: u64,
+    /// Chunks the sink holds: given as held at the start, plus those it took since.
+    pub written: u64,
+    /// Of those, the chunks made durable (held at the start, or flushed since): what a
+    /// run after a kill would not fetch again.
+    pub durable: u64,
+    pub events: &'a [SourceEvent],
+}
+
+/// The result of a completed sync; every chunk is in the sink, flushed.
 pub struct Downloaded {
-    pub tree: Tree,
-    /// The resume file, sealed: a complete store checkpoint of the version
-    /// (`bavl_store::Store::adopt_checkpoint` makes it a store without writing it again).
-    pub checkpoint: Option<PathBuf>,
-    /// Chunks taken from the resume file (not fetched).
+    /// What the root commits to (`None` only if the sync never learned it, which a
+    /// completed sync always has).
+    pub shape: Option<Shape>,
+    /// Chunks the sink held at the start (not fetched).
     pub resumed: u64,
     /// Chunks fetched in this run.
     pub fetched: u64,
@@ -77,21 +97,73 @@ enum Msg {
     Verified(Box<crate::Verified>),
 }
 
-/// Syncs `(root, version)` from the configured sources. `progress` is called about ten
-/// times a second with the syncer (for a progress bar) and the bytes fetched so far.
+/// Syncs `(root, version)` from the configured sources into `sink`. `progress` is called
+/// about ten times a second (for a progress bar). On an error the sink has been flushed
+/// (unless it failed itself): a later run with it fetches only what it lacks.
 pub fn download(
     root: Digest,
     version: u64,
     cfg: &SyncConfig,
-    progress: &mut dyn FnMut(&Syncer, u64, &[SourceEvent]),
+    sink: &mut dyn Sink,
+    progress: &mut dyn FnMut(&Progress),
 ) -> Result<Downloaded, DownloadError> {
     let start = Instant::now();
     let mut syncer = Syncer::new(root, version, cfg.options.clone())?;
-    let mut journal = match &cfg.resume {
-        Some(path) => Some(Journal::open(path, &root, version, &mut syncer)?),
-        None => None,
+    let resumed = match sink.held() {
+        Some(held) => syncer.add_held(held.shape, held.indices).map_err(DownloadError::Held)?,
+        None => 0,
     };
-    let resumed = journal.as_ref().map_or(0, |j| j.resumed);
+    let queue = WriteQueue::new(resumed);
+    std::thread::scope(|scope| {
+        let writer = std::thread::Builder::new()
+            .name("bavl-sync-write".into())
+            .spawn_scoped(scope, || queue.drain_into(sink))
+            .map_err(|e| DownloadError::Sink(Box::new(e)))?;
+        let looped = run_loop(&mut syncer, cfg, &queue, progress);
+        queue.close();
+        let wrote = writer.join().unwrap_or_else(|_| Err("the writer thread panicked".into()));
+        // A sync that failed reports why, even if the sink failed too meanwhile.
+        let (fetched, fetched_bytes, events) = looped?;
+        wrote.map_err(DownloadError::Sink)?;
+        // Once more, with every chunk written.
+        let (written, durable) = queue.counts();
+        progress(&Progress { syncer: &syncer, fetched_bytes, written, durable, events: &events });
+        Ok(Downloaded {
+            shape: syncer.shape(),
+            resumed,
+            fetched,
+            fetched_bytes,
+            elapsed: start.elapsed(),
+            status: syncer.status(),
+            sources: syncer.sources(),
+            events,
+        })
+    })
+}
+
+/// [`download`] into a [`Restore`], and the tree rebuilt (its root checked): for a state
+/// that fits in memory.
+pub fn download_tree(
+    root: Digest,
+    version: u64,
+    cfg: &SyncConfig,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(Tree, Downloaded), DownloadError> {
+    let mut restore = Restore::new(root);
+    let done = download(root, version, cfg, &mut restore, progress)?;
+    let capacity = done.shape.map_or(0, |s| s.capacity);
+    let tree = restore.finish(capacity).map_err(SyncError::Restore)?;
+    Ok((tree, done))
+}
+
+/// The loop that owns the syncer, until it is done or failed, or the writer failed:
+/// chunks fetched, their bytes, and what happened to sources.
+fn run_loop(
+    syncer: &mut Syncer,
+    cfg: &SyncConfig,
+    queue: &WriteQueue,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(u64, u64, Vec<SourceEvent>), DownloadError> {
     let (tx, rx) = mpsc::channel::<Msg>();
     let verify = spawn_verifiers(cfg.verify_threads.max(1), tx.clone());
     let client = Arc::new(Client::new(cfg.connect_timeout));
@@ -130,11 +202,12 @@ pub fn download(
                     // The workers hold the receiver as long as this function runs.
                     let _ = q.send(job);
                 }
-                Action::Accepted { body, .. } => {
+                Action::Accepted { len, chunk, .. } => {
                     fetched += 1;
-                    fetched_bytes += body.len() as u64;
-                    if let Some(j) = journal.as_mut() {
-                        j.append(&body)?;
+                    fetched_bytes += len;
+                    if !queue.push(chunk, len) {
+                        // The writer failed: its error is what the caller reports.
+                        finished = Some(Ok(()));
                     }
                 }
                 Action::Banned { source, reason } => {
@@ -149,8 +222,12 @@ pub fn download(
                 Action::Failed(e) => finished = Some(Err(e)),
             }
         }
+        if queue.failed() && finished.is_none() {
+            finished = Some(Ok(()));
+        }
         if last_progress.elapsed() >= Duration::from_millis(100) || finished.is_some() {
-            progress(&syncer, fetched_bytes, &events);
+            let (written, durable) = queue.counts();
+            progress(&Progress { syncer, fetched_bytes, written, durable, events: &events });
             last_progress = Instant::now();
         }
         if let Some(f) = finished {
@@ -177,30 +254,164 @@ pub fn download(
     for c in cancels.values() {
         c.store(true, Ordering::Relaxed);
     }
-    if let Err(e) = outcome {
-        if let Some(j) = journal.as_mut() {
-            j.sync()?;
-        }
-        return Err(e.into());
+    outcome?;
+    Ok((fetched, fetched_bytes, events))
+}
+
+/// Bytes of accepted chunks (counted by their fetched length) the writer may have queued;
+/// past it the sync loop waits for the writer. One chunk is always admitted.
+pub const WRITE_QUEUE_BYTES: u64 = 16 << 20;
+/// Bytes added to the sink between two flushes, at most.
+pub const FLUSH_EVERY_BYTES: u64 = 64 << 20;
+/// Time between two flushes, at most, while chunks are added.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// The accepted chunks on their way to the writer thread, bounded in bytes.
+struct WriteQueue {
+    state: Mutex<QueueState>,
+    /// Signalled when a chunk is queued or the queue is closed.
+    filled: Condvar,
+    /// Signalled when the writer took a chunk or failed.
+    drained: Condvar,
+}
+
+struct QueueState {
+    chunks: VecDeque<(Box<VerifiedChunk>, u64)>,
+    bytes: u64,
+    closed: bool,
+    failed: bool,
+    /// Chunks the sink holds (held at the start, then added), and of those the ones made
+    /// durable (held at the start, then flushed).
+    written: u64,
+    durable: u64,
+}
+
+impl WriteQueue {
+    fn new(held: u64) -> Self {
+        let state = QueueState {
+            chunks: VecDeque::new(),
+            bytes: 0,
+            closed: false,
+            failed: false,
+            written: held,
+            durable: held,
+        };
+        WriteQueue { state: Mutex::new(state), filled: Condvar::new(), drained: Condvar::new() }
     }
-    let status = syncer.status();
-    let reports = syncer.sources();
-    let tree = syncer.finish()?;
-    let checkpoint = match journal {
-        Some(j) => Some(j.seal(&root, version, &tree, status.total.unwrap_or(0))?),
-        None => None,
-    };
-    Ok(Downloaded {
-        tree,
-        checkpoint,
-        resumed,
-        fetched,
-        fetched_bytes,
-        elapsed: start.elapsed(),
-        status,
-        sources: reports,
-        events,
-    })
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a chunk, waiting while the queue is full; `false` if the writer failed (the
+    /// chunk is dropped).
+    fn push(&self, chunk: Box<VerifiedChunk>, len: u64) -> bool {
+        let mut st = self.lock();
+        while !st.failed && !st.chunks.is_empty() && st.bytes + len > WRITE_QUEUE_BYTES {
+            st = self.drained.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        if st.failed {
+            return false;
+        }
+        st.bytes += len;
+        st.chunks.push_back((chunk, len));
+        self.filled.notify_one();
+        true
+    }
+
+    /// No more chunks: the writer flushes and ends.
+    fn close(&self) {
+        self.lock().closed = true;
+        self.filled.notify_one();
+    }
+
+    fn failed(&self) -> bool {
+        self.lock().failed
+    }
+
+    /// Chunks written and made durable.
+    fn counts(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.written, st.durable)
+    }
+
+    /// Flushes the sink; the chunks written before are durable.
+    fn flush(&self, sink: &mut dyn Sink) -> Result<(), SinkError> {
+        let written = self.lock().written;
+        sink.flush()?;
+        self.lock().durable = written;
+        Ok(())
+    }
+
+    /// The writer thread: adds each queued chunk to the sink, flushes it now and then and
+    /// at the end. At its first error it drops what is queued and refuses more.
+    fn drain_into(&self, sink: &mut dyn Sink) -> Result<(), SinkError> {
+        let result = self.write_all(sink);
+        if result.is_err() {
+            let mut st = self.lock();
+            st.failed = true;
+            st.chunks.clear();
+            st.bytes = 0;
+            self.drained.notify_all();
+        }
+        result
+    }
+
+    fn write_all(&self, sink: &mut dyn Sink) -> Result<(), SinkError> {
+        // Bytes added since the last flush, and when the first of them was.
+        let (mut unflushed, mut since) = (0u64, None::<Instant>);
+        loop {
+            match self.next(since) {
+                Next::Chunk(chunk, len) => {
+                    sink.add(*chunk)?;
+                    let mut st = self.lock();
+                    st.bytes -= len;
+                    st.written += 1;
+                    self.drained.notify_one();
+                    drop(st);
+                    unflushed += len;
+                    since.get_or_insert_with(Instant::now);
+                    if unflushed < FLUSH_EVERY_BYTES {
+                        continue;
+                    }
+                }
+                Next::FlushDue => {}
+                Next::Closed if unflushed == 0 => return Ok(()),
+                Next::Closed => return self.flush(sink),
+            }
+            self.flush(sink)?;
+            (unflushed, since) = (0, None);
+        }
+    }
+
+    /// Waits for the next chunk, the end, or the moment a flush is due (a second after
+    /// the first unflushed chunk was added).
+    fn next(&self, since: Option<Instant>) -> Next {
+        let mut st = self.lock();
+        loop {
+            if let Some((chunk, len)) = st.chunks.pop_front() {
+                return Next::Chunk(chunk, len);
+            }
+            if st.closed {
+                return Next::Closed;
+            }
+            let wait = match since {
+                None => FLUSH_EVERY,
+                Some(t) => match FLUSH_EVERY.checked_sub(t.elapsed()) {
+                    Some(w) if !w.is_zero() => w,
+                    _ => return Next::FlushDue,
+                },
+            };
+            st = self.filled.wait_timeout(st, wait).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}
+
+/// What the writer thread does next.
+enum Next {
+    Chunk(Box<VerifiedChunk>, u64),
+    FlushDue,
+    Closed,
 }
 
 /// A request and its cancellation flag.
@@ -327,137 +538,4 @@ fn spawn_verifiers(n: usize, tx: Sender<Msg>) -> Mutex<Sender<VerifyJob>> {
         });
     }
     Mutex::new(jobs_tx)
-}
-
-/// Bytes appended to the resume file between two (background) syncs.
-const SYNC_EVERY: u64 = 8 << 20;
-
-/// The resume file, appended as chunks are accepted: a store checkpoint being filled
-/// ([`resume`]). Appends go to the page cache from the sync loop; a thread of its own
-/// `fdatasync`s every [`SYNC_EVERY`] bytes, so the loop never waits for the disk (an
-/// `fdatasync` of 60 MB on the loop held every response back by 0.3 s), and sealing it
-/// at the end has only the last slice left to sync.
-struct Journal {
-    path: PathBuf,
-    file: File,
-    resumed: u64,
-    unsynced: u64,
-    flusher: Option<(Sender<()>, std::thread::JoinHandle<()>)>,
-    failed: Arc<Mutex<Option<io::Error>>>,
-}
-
-impl Journal {
-    /// Opens or creates the file; gives its chunks to the syncer (which verifies them),
-    /// and keeps the file up to the first one that fails or repeats.
-    fn open(
-        path: &PathBuf,
-        root: &Digest,
-        version: u64,
-        syncer: &mut Syncer,
-    ) -> Result<Journal, DownloadError> {
-        let err = |source| DownloadError::Resume { path: path.clone(), source };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(err)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(err)?;
-        let mut resumed = 0;
-        let keep = match resume::read(&bytes, root, version) {
-            Ok(r) => {
-                let mut keep = r.valid_len;
-                for (offset, body) in &r.chunks {
-                    // A chunk that fails verification, and every one after it, is fetched
-                    // again (the file must end up holding each chunk once).
-                    if syncer.add_local_chunk_unindexed(body).is_err() {
-                        keep = *offset;
-                        break;
-                    }
-                    resumed += 1;
-                }
-                keep
-            }
-            // Empty, damaged or another sync's: start afresh.
-            Err(_) => 0,
-        };
-        drop(bytes);
-        file.set_len(keep as u64).map_err(err)?;
-        file.seek(SeekFrom::End(0)).map_err(err)?;
-        if keep == 0 {
-            file.write_all(&resume::header(root, version)).map_err(err)?;
-        }
-        file.sync_all().map_err(err)?;
-        let failed = Arc::new(Mutex::new(None));
-        let flusher = {
-            let (tx, rx) = mpsc::channel::<()>();
-            let (clone, failed) = (file.try_clone().map_err(err)?, failed.clone());
-            let handle = std::thread::Builder::new()
-                .name("bavl-resume-sync".into())
-                .spawn(move || {
-                    while rx.recv().is_ok() {
-                        while rx.try_recv().is_ok() {}
-                        if let Err(e) = clone.sync_data() {
-                            *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                            return;
-                        }
-                    }
-                })
-                .map_err(err)?;
-            Some((tx, handle))
-        };
-        Ok(Journal { path: path.clone(), file, resumed, unsynced: 0, flusher, failed })
-    }
-
-    fn err(&self, source: io::Error) -> DownloadError {
-        DownloadError::Resume { path: self.path.clone(), source }
-    }
-
-    fn append(&mut self, body: &[u8]) -> Result<(), DownloadError> {
-        if let Some(e) = self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            return Err(self.err(e));
-        }
-        // The length, then the body as it is (no copy of the chunk into a record): a kill
-        // between the two writes leaves a record cut short, which resuming drops.
-        self.file.write_all(&resume::record_prefix(body)).map_err(|e| self.err(e))?;
-        self.file.write_all(body).map_err(|e| self.err(e))?;
-        self.unsynced += 4 + body.len() as u64;
-        if self.unsynced >= SYNC_EVERY {
-            self.unsynced = 0;
-            if let Some((tx, _)) = &self.flusher {
-                let _ = tx.send(());
-            }
-        }
-        Ok(())
-    }
-
-    /// Stops the background syncs and syncs what is left.
-    fn sync(&mut self) -> Result<(), DownloadError> {
-        if let Some((tx, handle)) = self.flusher.take() {
-            drop(tx);
-            let _ = handle.join();
-        }
-        if let Some(e) = self.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            return Err(self.err(e));
-        }
-        self.file.sync_data().map_err(|e| self.err(e))
-    }
-
-    /// Completes the file as the checkpoint of `tree` (final header and trailer), synced.
-    fn seal(
-        mut self,
-        root: &Digest,
-        version: u64,
-        tree: &Tree,
-        chunks: u64,
-    ) -> Result<PathBuf, DownloadError> {
-        use std::os::unix::fs::FileExt as _;
-        let (head, trailer) = resume::seal(root, version, tree.capacity(), tree.len(), chunks);
-        self.file.write_all(&trailer).map_err(|e| self.err(e))?;
-        self.file.write_all_at(&head, 0).map_err(|e| self.err(e))?;
-        self.sync()?;
-        Ok(self.path)
-    }
 }

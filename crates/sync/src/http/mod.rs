@@ -20,6 +20,8 @@ pub mod wire;
 #[cfg(feature = "liars")]
 pub use byzantine::Byzantine;
 pub use client::{get, BaseUrl, Client, GetError, Limits, Response, UrlError};
-pub use download::{download, DownloadError, Downloaded, SourceEvent, SyncConfig};
+pub use download::{
+    download, download_tree, DownloadError, Downloaded, Progress, SourceEvent, SyncConfig,
+};
 pub use export::{export, export_loading, ExportDir, ExportReport};
 pub use server::{Catalog, Objects, Server, ServerHandle};

@@ -85,15 +85,14 @@ fn sync(snap: &Snapshot, urls: &[String]) -> (Vec<Health>, Duration) {
         sources: urls.iter().map(|u| BaseUrl::parse(u).unwrap()).collect(),
         options: options(),
         verify_threads: 2,
-        resume: None,
         connect_timeout: Duration::from_secs(2),
     };
     let start = Instant::now();
-    let mut done = http::download(snap.root_hash(), VERSION, &cfg, &mut |_, _, _| {})
+    let (mut tree, done) = http::download_tree(snap.root_hash(), VERSION, &cfg, &mut |_| {})
         .unwrap_or_else(|e| panic!("the sync failed after {:?}: {e}", start.elapsed()));
     let took = start.elapsed();
-    assert_eq!(done.tree.root_hash(), snap.root_hash(), "the exact root");
-    assert_eq!(done.tree.len(), snap.len());
+    assert_eq!(tree.root_hash(), snap.root_hash(), "the exact root");
+    assert_eq!(tree.len(), snap.len());
     (done.sources.into_iter().map(|s| s.health).collect(), took)
 }
 

@@ -144,11 +144,10 @@ fn syncs_from_server_mirror_and_liars() {
         sources: urls.iter().map(|u| BaseUrl::parse(u).unwrap()).collect(),
         options: options(),
         verify_threads: 2,
-        resume: None,
         connect_timeout: Duration::from_secs(2),
     };
-    let done = http::download(snap.root_hash(), version, &cfg, &mut |_, _, _| {}).unwrap();
-    let mut tree = done.tree;
+    let (mut tree, done) =
+        http::download_tree(snap.root_hash(), version, &cfg, &mut |_| {}).unwrap();
     assert_eq!(tree.root_hash(), snap.root_hash());
     assert_eq!(tree.len(), 4000);
     let banned: Vec<u32> = done
@@ -177,8 +176,9 @@ fn syncs_from_server_mirror_and_liars() {
             options: Options { grace: Duration::from_secs(10), ..options() },
             ..cfg
         };
-        let mut done = http::download(snap.root_hash(), version, &cfg, &mut |_, _, _| {}).unwrap();
-        assert_eq!(done.tree.root_hash(), snap.root_hash());
+        let (mut tree, done) =
+            http::download_tree(snap.root_hash(), version, &cfg, &mut |_| {}).unwrap();
+        assert_eq!(tree.root_hash(), snap.root_hash());
         assert_eq!(done.sources[1].stats.chunks, snap.chunk_count(), "the mirror served all");
         assert!(matches!(done.events[..], [SourceEvent::Banned { source, .. }] if source.0 == 0));
     }
@@ -232,11 +232,10 @@ fn a_stalled_body_is_banned_after_the_grace() {
         sources: vec![BaseUrl::parse(&liar(snap.clone(), 3, Lie::Stall)).unwrap()],
         options: options(),
         verify_threads: 1,
-        resume: None,
         connect_timeout: Duration::from_secs(2),
     };
     let t = std::time::Instant::now();
-    let err = match http::download(snap.root_hash(), 3, &cfg, &mut |_, _, _| {}) {
+    let err = match http::download_tree(snap.root_hash(), 3, &cfg, &mut |_| {}) {
         Err(e) => e,
         Ok(_) => panic!("a sync from a staller alone cannot complete"),
     };

@@ -78,19 +78,14 @@ fn fetch_threads_stay_within_max_in_flight_whatever_the_sources() {
         request_timeout: Duration::from_secs(5),
         ..Options::default()
     };
-    let cfg = SyncConfig {
-        sources,
-        options,
-        verify_threads: 1,
-        resume: None,
-        connect_timeout: Duration::from_secs(2),
-    };
+    let cfg =
+        SyncConfig { sources, options, verify_threads: 1, connect_timeout: Duration::from_secs(2) };
     let mut most = 0;
-    let mut done = http::download(snap.root_hash(), 3, &cfg, &mut |_, _, _| {
+    let (mut tree, _) = http::download_tree(snap.root_hash(), 3, &cfg, &mut |_| {
         most = most.max(threads_named("bavl-fetch"));
     })
     .unwrap();
-    assert_eq!(done.tree.root_hash(), snap.root_hash());
+    assert_eq!(tree.root_hash(), snap.root_hash());
     assert!(most > 0, "the fetch threads were seen");
     assert!(most <= max_in_flight as usize + 16, "{most} fetch threads");
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use bavl_core::{Snapshot, Tree};
 use bavl_sync::http::{self, BaseUrl, Byzantine, SourceEvent, SyncConfig};
-use bavl_sync::{Options, SourceReport, Status, Syncer};
+use bavl_sync::{Options, SourceReport, Status};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -172,26 +172,25 @@ fn sync(root: bavl_core::Digest, peers: &Peers, threads: usize, grace: Duration)
         sources,
         options: Options { grace, ..Options::default() },
         verify_threads: threads,
-        resume: None,
         connect_timeout: Duration::from_secs(5),
     };
     let bar = crate::sync::progress_bar(false);
-    let mut on_progress = |s: &Syncer, fetched: u64, ev: &[SourceEvent]| {
-        crate::sync::update_bar(&bar, s, fetched, ev);
-        out.sources = s.sources();
-        out.status = s.status();
-        out.events = ev.to_vec();
-        out.fetched_bytes = fetched;
+    let mut on_progress = |p: &http::Progress| {
+        crate::sync::update_bar(&bar, p);
+        out.sources = p.syncer.sources();
+        out.status = p.syncer.status();
+        out.events = p.events.to_vec();
+        out.fetched_bytes = p.fetched_bytes;
     };
-    let result = http::download(root, VERSION, &cfg, &mut on_progress);
+    let result = http::download_tree(root, VERSION, &cfg, &mut on_progress);
     bar.finish_and_clear();
     out.result = match result {
-        Ok(d) => {
+        Ok((tree, d)) => {
             out.sources = d.sources;
             out.status = d.status;
             out.events = d.events;
             out.fetched_bytes = d.fetched_bytes;
-            Ok(Downloaded { tree: d.tree, fetched: d.fetched, seconds: d.elapsed.as_secs_f64() })
+            Ok(Downloaded { tree, fetched: d.fetched, seconds: d.elapsed.as_secs_f64() })
         }
         Err(e) => Err(e.to_string()),
     };

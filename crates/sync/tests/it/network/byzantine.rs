@@ -48,7 +48,7 @@ fn run_with(liars: &[Behaviour], seed: u64) -> Vec<Health> {
     assert_eq!(log.accepted.len() as u64, count, "every chunk accepted exactly once");
     let root = s.world.truth.root_hash();
     let reports = s.syncer.sources();
-    let mut tree = s.syncer.finish().unwrap();
+    let mut tree = s.finish();
     assert_eq!(tree.root_hash(), root);
     let honest = &reports[liars.len()..];
     // Honest sources are never banned; one that delivered nothing before the others
@@ -190,7 +190,7 @@ fn every_lie_at_once_beside_one_honest_source() {
         assert!(ok, "{b:?}: {:?}", r.health);
     }
     assert_eq!(reports[LIES.len()].health, Health::Live);
-    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(s.finish().root_hash(), root);
 }
 
 #[test]
@@ -233,6 +233,6 @@ proptest! {
                 prop_assert_eq!(r.health == Health::Live, *b == Behaviour::Honest, "{:?}", b);
             }
         }
-        prop_assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+        prop_assert_eq!(s.finish().root_hash(), root);
     }
 }

@@ -65,7 +65,7 @@ fn crowd(liar: Behaviour, n: usize, seed: u64) -> (Log, Vec<Health>) {
     assert!(log.end <= tight, "{liar:?} x{n}: {:?}, over 1.5 x alone {tight:?}", log.end);
     let root = s.world.truth.root_hash();
     let reports = s.syncer.sources();
-    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(s.finish().root_hash(), root);
     assert_eq!(reports[n].health, Health::Live, "{liar:?} x{n}: the honest source stays live");
     (log, reports[..n].iter().map(|r| r.health.clone()).collect())
 }

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use bavl_sync::{resume, Options, SourceId, Syncer, Want};
+use bavl_core::{verify_chunk, Sha256};
+use bavl_sync::{Options, Shape, SourceId, Syncer, Want};
 
 use crate::network::byzantine::{sim, small_opts};
 use crate::network::sim::{Behaviour, Sim, SimSource, World, VERSION};
@@ -31,7 +32,7 @@ fn memory_stays_within_the_budget() {
     assert!(peak <= 24 << 10);
     assert!(peak > 12 << 10, "the budget was exercised (peak {peak})");
     let root = s.world.truth.root_hash();
-    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(s.finish().root_hash(), root);
 }
 
 #[test]
@@ -78,19 +79,31 @@ fn a_far_slow_source_never_holds_the_tail() {
 }
 
 #[test]
-fn resume_from_a_partial_set_fetches_only_the_rest() {
+fn held_chunks_are_never_fetched() {
     let world = World::new(3000, 16);
-    let mut syncer = Syncer::new(world.truth.root_hash(), VERSION, small_opts()).unwrap();
+    let root = world.truth.root_hash();
+    let mut syncer = Syncer::new(root, VERSION, small_opts()).unwrap();
     let count = world.truth.chunk_count();
-    for i in (0..count).step_by(2) {
-        syncer.add_local_chunk(i, &world.truth.export_chunk(i).unwrap()).unwrap();
-    }
-    // A damaged local chunk is refused (and will be fetched).
-    let mut bad = world.truth.export_chunk(1).unwrap();
-    bad[20] ^= 1;
-    assert!(syncer.add_local_chunk(1, &bad).is_err());
+    let held: Vec<u64> = (0..count).step_by(2).collect();
+    let chunks: Vec<_> = held
+        .iter()
+        .map(|&i| verify_chunk::<Sha256>(&root, i, &world.truth.export_chunk(i).unwrap()).unwrap())
+        .collect();
+    let shape = Shape::of(&chunks[0]);
+    // Refused, changing nothing: an index past the end, another shape.
+    assert!(syncer.add_held(shape, [count]).is_err());
+    assert_eq!(syncer.shape(), None);
+    assert_eq!(syncer.add_held(shape, held.iter().copied()).unwrap(), held.len() as u64);
+    let other = Shape { key_count: shape.key_count.map(|k| k + 1), ..shape };
+    assert!(syncer.add_held(other, [1]).is_err());
+    assert_eq!(syncer.status().verified, held.len() as u64);
     let mut s = Sim::new(world, syncer, small_opts().max_buffered_bytes, 8);
+    for c in chunks {
+        s.restore.add_verified(c).unwrap();
+    }
     s.add(SimSource::new(Behaviour::Honest, 5, 1_000_000));
+    // Once a source is added, no more held chunks.
+    assert!(s.syncer.add_held(shape, [1]).is_err());
     let log = s.run();
     assert!(log.done);
     for (_, want) in &log.sent {
@@ -99,35 +112,28 @@ fn resume_from_a_partial_set_fetches_only_the_rest() {
         }
     }
     assert_eq!(log.accepted.len() as u64, count / 2);
-    let root = s.world.truth.root_hash();
-    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(s.finish().root_hash(), root);
 }
 
+/// A sync stopped as a kill would, then a new syncer given what the first one's sink kept
+/// (the indices and the shape), beside a liar: nothing is fetched twice.
 #[test]
-fn killed_sync_resumes_from_its_file() {
+fn killed_sync_resumes_from_what_its_sink_kept() {
     let mut first = sim(9, small_opts());
     first.add(SimSource::new(Behaviour::Honest, 5, 1_000_000));
     first.add(SimSource::new(Behaviour::WrongBytes, 3, 1_000_000));
     first.run_until_accepted(100);
     let root = first.world.truth.root_hash();
-    let mut file = resume::header(&root, VERSION);
-    for (_, _, body) in &first.log.accepted {
-        file.extend(resume::record(body));
-    }
-    file.extend(&resume::record(b"torn by the kill")[..9]);
     let held: Vec<u64> = first.log.accepted.iter().map(|(i, _, _)| *i).collect();
+    // As a store being built keeps it: no key count (learned from the next chunk).
+    let shape = Shape { key_count: None, ..first.syncer.shape().unwrap() };
 
-    let read = resume::read(&file, &root, VERSION).unwrap();
-    assert_eq!(read.chunks.len(), held.len());
     let mut syncer = Syncer::new(root, VERSION, small_opts()).unwrap();
-    for ((_, body), want) in read.chunks.iter().zip(&held) {
-        // The index comes from the chunk's own proof.
-        assert_eq!(syncer.add_local_chunk_unindexed(body).unwrap(), *want);
-    }
-    // Again: a duplicate, refused.
-    assert!(syncer.add_local_chunk_unindexed(read.chunks[0].1).is_err());
+    assert_eq!(syncer.add_held(shape, held.iter().copied()).unwrap(), held.len() as u64);
     let mut second = Sim::new(World::new(3000, 16), syncer, small_opts().max_buffered_bytes, 10);
+    second.restore = std::mem::replace(&mut first.restore, bavl_core::Restore::new(root));
     second.add(SimSource::new(Behaviour::Honest, 5, 1_000_000));
+    second.add(SimSource::new(Behaviour::WrongBytes, 3, 1_000_000));
     let log = second.run();
     assert!(log.done);
     for (_, want) in &log.sent {
@@ -135,7 +141,26 @@ fn killed_sync_resumes_from_its_file() {
             assert!(!held.contains(i), "chunk {i} fetched again after resuming");
         }
     }
-    assert_eq!(second.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(log.banned.len(), 1, "{:?}", log.banned);
+    assert_eq!(second.syncer.shape().unwrap().key_count, Some(second.world.truth.len()));
+    assert_eq!(second.finish().root_hash(), root);
+}
+
+/// Every chunk held: done at once, asking for nothing.
+#[test]
+fn a_sync_with_every_chunk_held_is_done_at_once() {
+    let world = World::new(500, 16);
+    let root = world.truth.root_hash();
+    let count = world.truth.chunk_count();
+    let c0 = verify_chunk::<Sha256>(&root, 0, &world.truth.export_chunk(0).unwrap()).unwrap();
+    let mut syncer = Syncer::<Sha256>::new(root, VERSION, small_opts()).unwrap();
+    syncer.add_held(Shape::of(&c0), 0..count).unwrap();
+    let mut s = Sim::new(world, syncer, small_opts().max_buffered_bytes, 3);
+    s.add(SimSource::new(Behaviour::Honest, 5, 1_000_000));
+    let log = s.run();
+    assert!(log.done);
+    assert!(log.sent.iter().all(|(_, w)| !matches!(w, Want::Chunk(_))), "{:?}", log.sent);
+    assert!(log.accepted.is_empty());
 }
 
 #[test]
@@ -166,7 +191,7 @@ fn empty_tree_is_proven_by_its_root() {
     assert!(log.sent.iter().any(|(_, w)| *w == Want::Manifest));
     assert!(log.sent.iter().any(|(_, w)| *w == Want::Chunk(1)));
     assert!(log.banned.is_empty() && log.dropped.is_empty(), "{:?} {:?}", log.banned, log.dropped);
-    let tree = s.syncer.finish().unwrap();
+    let tree = s.finish();
     assert_eq!(tree.len(), 0);
 }
 
@@ -216,7 +241,7 @@ fn chunks_are_asked_for_before_any_manifest() {
     }
     assert_eq!(log.sent[..want.len()], want[..]);
     assert!(log.banned.is_empty() && log.dropped.is_empty(), "{:?} {:?}", log.banned, log.dropped);
-    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(s.finish().root_hash(), root);
 }
 
 #[test]
@@ -233,7 +258,7 @@ fn a_tree_smaller_than_the_early_range_costs_no_source() {
     assert!(log.done);
     assert!(log.sent.iter().any(|(_, w)| matches!(w, Want::Chunk(i) if *i >= count)));
     assert!(log.banned.is_empty() && log.dropped.is_empty(), "{:?} {:?}", log.banned, log.dropped);
-    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(s.finish().root_hash(), root);
 }
 
 #[test]
@@ -255,7 +280,7 @@ fn a_chunk_larger_than_the_early_limit_is_no_lie() {
     // Every early request was cut at the limit, so chunk 0 was asked again, at the size
     // a manifest states.
     assert!(log.sent.iter().filter(|(_, w)| *w == Want::Chunk(0)).count() > opts_probe());
-    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(s.finish().root_hash(), root);
 }
 
 fn opts_probe() -> usize {
@@ -281,7 +306,7 @@ fn a_source_denying_chunks_it_lists_is_dropped_not_banned() {
             "{:?}",
             log.dropped
         );
-        assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+        assert_eq!(s.finish().root_hash(), root);
     }
 }
 
@@ -303,5 +328,5 @@ fn chunk_0_is_not_asked_again_while_a_copy_verifies() {
     assert!(log.done);
     let asked = log.sent.iter().filter(|(_, w)| *w == Want::Chunk(0)).count();
     assert!(asked <= 2, "chunk 0 asked {asked} times");
-    assert_eq!(s.syncer.finish().unwrap().root_hash(), root);
+    assert_eq!(s.finish().root_hash(), root);
 }

@@ -12,7 +12,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
 use std::time::Duration;
 
-use bavl_core::{Sha256, Snapshot, Tree};
+use bavl_core::{Restore, Sha256, Snapshot, Tree};
 use bavl_sync::{
     Action, BanReason, DropReason, Event, FailureKind, Manifest, Request, RequestId, SourceId,
     Status, SyncError, Syncer, Verified, Want,
@@ -167,7 +167,8 @@ pub struct Log {
     pub sent: Vec<(SourceId, Want)>,
     pub banned: Vec<(SourceId, BanReason)>,
     pub dropped: Vec<(SourceId, DropReason)>,
-    pub accepted: Vec<(u64, SourceId, Vec<u8>)>,
+    /// Index, source and length of each accepted chunk.
+    pub accepted: Vec<(u64, SourceId, u64)>,
     pub done: bool,
     pub failed: Option<SyncError>,
     pub end: Duration,
@@ -179,6 +180,8 @@ pub struct Sim {
     pub world: World,
     pub sources: Vec<SimSource>,
     pub syncer: Syncer<Sha256>,
+    /// The sink: every accepted chunk is kept here (a duplicate fails the run).
+    pub restore: Restore<Sha256>,
     pub budget: u64,
     /// The syncer's `max_in_flight` (checked at every step, as the budget is).
     pub max_in_flight: usize,
@@ -196,6 +199,7 @@ pub struct Sim {
 impl Sim {
     pub fn new(world: World, syncer: Syncer<Sha256>, budget: u64, seed: u64) -> Sim {
         Sim {
+            restore: Restore::new(syncer.root()),
             world,
             sources: Vec::new(),
             syncer,
@@ -267,6 +271,14 @@ impl Sim {
         }
     }
 
+    /// The tree rebuilt from the accepted chunks (and those the restore was given before),
+    /// its root checked.
+    pub fn finish(&mut self) -> Tree {
+        let restore = std::mem::replace(&mut self.restore, Restore::new(self.syncer.root()));
+        let capacity = self.syncer.shape().map_or(0, |s| s.capacity);
+        restore.finish(capacity).expect("the tree rebuilds")
+    }
+
     pub fn status(&self) -> Status {
         self.syncer.status()
     }
@@ -301,8 +313,9 @@ impl Sim {
                     let v = Box::new(job.run::<Sha256>());
                     self.at(self.verify_free, Due::Verified(v));
                 }
-                Action::Accepted { index, source, body } => {
-                    self.log.accepted.push((index, source, body))
+                Action::Accepted { index, source, len, chunk } => {
+                    self.restore.add_verified(*chunk).expect("each chunk accepted once");
+                    self.log.accepted.push((index, source, len))
                 }
                 Action::Banned { source, reason } => self.log.banned.push((source, reason)),
                 Action::Dropped { source, reason } => self.log.dropped.push((source, reason)),
