@@ -16,12 +16,16 @@
 //! Opening reads the newest checkpoint, or the one before it if its log still reaches the
 //! newest one and so rebuilds more of the retained versions (verifying every chunk against
 //! its root), replays the log after it (checking every recorded root), discards a record
-//! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`]. The
-//! live state and the retained versions are held in memory, unless
-//! [`Options::cache_bytes`] pages chunk bodies out to the store's chunk files and back,
-//! verified, as operations need them; a paged store's checkpoints are then incremental
-//! (the new bodies and a skeleton of the version) and opening reads the skeleton, not the
-//! state (`docs/design.md` §8.5.1). The directory itself is
+//! cut short by a crash, and reports any other damage as [`StoreError::Corrupted`] (a
+//! required file missing or cut short too, named). Memory is bounded by default: the
+//! tree's skeleton (about 4.4 bytes a key) and at most [`Options::cache_bytes`] of chunk
+//! bodies ([`DEFAULT_CACHE_BYTES`], 256 MiB), the rest paged out to the store's chunk
+//! files and read back, verified, as operations need them; the budget holds within a
+//! block and within a version replayed on open, not only after a commit, so neither the
+//! state's size nor one block's can grow the process. A paged store's checkpoints are
+//! incremental (the new bodies and a skeleton of the version) and opening reads the
+//! skeleton, not the state (`docs/design.md` §8.5.1). [`Options::in_memory`] opts out:
+//! the whole state in memory, whole checkpoints. The directory itself is
 //! locked: exclusively by a writer, which stops writing if the path stops naming it,
 //! shared by [`Options::read_only`] readers, which change nothing on disk. Only an empty
 //! directory becomes a new store. Formats and reasons: `docs/design.md` §8.

@@ -9,14 +9,13 @@ use bavl_core::{Digest, Snapshot};
 use crate::pace::CheckpointPace;
 
 /// The chunk bodies a store keeps in memory by default ([`Options::cache_bytes`]):
-/// 256 MiB. A budget, not a size the state is expected to have: a state that fits runs
-/// entirely in memory (nothing is evicted until the bodies pass it), and one that does not
-/// runs in this much plus its skeleton (about 4.4 bytes a key) instead of being killed.
-/// Large enough to hold a 10k-operation block's chunks several times over (a block of
-/// Workload B at 30M keys loads about 60 MiB of bodies), so that the budget costs no
-/// throughput until the state is about three times its size; small enough to run beside
-/// an application under a 1 GiB memory limit, the allocator's slack counted
-/// (`docs/design.md` §8.5.1).
+/// 256 MiB. A budget, not a size the state is expected to have: a state whose bodies fit
+/// is held whole (nothing is evicted until they pass it), and one that does not runs in
+/// this much plus its skeleton (about 4.4 bytes a key) instead of being killed. Large
+/// enough to hold a block's chunks with room to spare (a 10k-operation Workload B block
+/// at 30M keys touches about 75 MB of bodies), small enough to leave room under a 1 GiB
+/// memory limit for the application, the skeleton and the allocator's slack
+/// (`docs/design.md` §8.5).
 pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 
 /// When the store writes checkpoints by itself.

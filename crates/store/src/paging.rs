@@ -117,7 +117,7 @@ pub struct PagingStats {
     /// began (after a commit, or within a block or a replayed version when the bodies
     /// loaded and written since the last pass passed the budget): the peak of the cache.
     pub peak_resident_bytes: u64,
-    /// Eviction passes run within a block or a replayed version ([`Pager::relieve`]),
+    /// Eviction passes run within a block or a replayed version (`docs/design.md` §8.5.1),
     /// not after a commit.
     pub mid_evictions: u64,
 }
