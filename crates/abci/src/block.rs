@@ -37,14 +37,15 @@ pub(crate) fn init_chain(app: &App, req: pb::RequestInitChain) -> pb::ResponseIn
     };
     // The handshake calls InitChain again after a crash before the first Commit: the
     // state is rebuilt from the genesis each time (deterministic), never trusted from disk.
-    if let Some(p) = preload {
+    // A preload of no keys is the empty state the store already is.
+    if let Some(p) = preload.filter(|p| p.keys > 0) {
         let start = std::time::Instant::now();
-        let mut tree = match crate::genesis::build(p, app.cfg().store.capacity) {
-            Ok(t) => t,
+        let ingest = match preload_into_ingest(app, &node, p) {
+            Ok(i) => i,
             Err(e) => panic!("building the genesis state: {e}"),
         };
         let opts = app.cfg().store_options();
-        node.reopen_store("writing the genesis state", |home| home.install(&mut tree, 0, &opts));
+        node.reopen_store("writing the genesis state", |home| home.finish_restore(ingest, &opts));
         tracing::info!(
             keys = p.keys,
             seed = p.seed,
@@ -54,6 +55,47 @@ pub(crate) fn init_chain(app: &App, req: pb::RequestInitChain) -> pb::ResponseIn
         );
     }
     pb::ResponseInitChain { app_hash: node.store.root().to_vec().into(), ..Default::default() }
+}
+
+/// Builds the genesis preload in a scratch paged store (`<home>/genesis-build/`, deleted
+/// first and after), then copies its chunks, each verified against its root, into an
+/// ingest of height 0 in the application's directory, as a state sync would: memory is
+/// the store's budget and two skeletons, whatever the state's size.
+fn preload_into_ingest(
+    app: &App,
+    node: &Node,
+    p: crate::genesis::Preload,
+) -> Result<bavl_store::Ingest, String> {
+    let cfg = app.cfg();
+    let scratch = cfg.home.join("genesis-build");
+    let remove = |what: &str| match std::fs::remove_dir_all(&scratch) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("{what} {}: {e}", scratch.display()))
+        }
+        _ => Ok(()),
+    };
+    remove("removing")?;
+    let cache = cfg.store.cache_bytes.unwrap_or(crate::DEFAULT_CACHE_BYTES);
+    let store = crate::genesis::build_paged(p, cfg.store.capacity, cache, &scratch)
+        .map_err(|e| e.to_string())?;
+    let root = store.root();
+    let src = crate::snapshot::Source::new(store.latest(), store.page_loader());
+    let mut ingest =
+        node.home.begin_restore(0, &root, cfg.restore_flush_bytes).map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    for j in 0..src.snapshot().chunk_count() {
+        if ingest.have(j) {
+            continue; // resumed after a crash
+        }
+        buf.clear();
+        src.export_into(j, &mut buf).map_err(|e| e.to_string())?;
+        let chunk = bavl_core::verify_chunk::<bavl_core::Sha256>(&root, j, &buf)
+            .map_err(|e| format!("chunk {j} of the genesis state: {e}"))?;
+        ingest.add_verified(chunk).map_err(|e| e.to_string())?;
+    }
+    drop((src, store));
+    remove("removing")?;
+    Ok(ingest)
 }
 
 /// The transactions that decode, in order, within `max_tx_bytes`.

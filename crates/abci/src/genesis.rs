@@ -4,11 +4,17 @@
 //! state without millions of transactions (the chain experiments of
 //! `docs/results/chain.json` start from 1M keys this way).
 //!
+//! [`build`] makes the state in memory (the reference); [`build_paged`] makes the same
+//! tree in a paged store within a budget, which is what `InitChain` does.
+//!
 //! `app_state` is untrusted input as far as this module is concerned: it is parsed
 //! strictly (an object with at most the one key `bavl_preload`, itself holding exactly
 //! `keys` and `seed`), and the key count is bounded before anything is allocated.
 
+use std::path::Path;
+
 use bavl_core::Tree;
+use bavl_store::{CheckpointPolicy, Options, Store, StoreError};
 
 /// The most entries a genesis may ask for: 200M (about 55 GB of state in memory).
 pub const MAX_PRELOAD_KEYS: u64 = 200_000_000;
@@ -78,6 +84,46 @@ pub fn build(p: Preload, capacity: Option<u32>) -> Result<Tree, String> {
         tree.insert(&k, &v).map_err(|e| e.to_string())?;
     }
     Ok(tree)
+}
+
+/// Builds the preloaded state in a paged store at `dir` (which must be missing or empty)
+/// with `cache_bytes` of bodies in memory: the same operations as [`build`], hence the
+/// same tree and root, committed every so many inserts that a commit's written chunks
+/// (about 8 KiB each at most) fill at most half the budget. The store's version numbers
+/// count those commits; the caller copies its last version into the live store at height
+/// 0 (`crate::block`). Memory: the budget and the skeleton, whatever `p.keys`.
+pub fn build_paged(
+    p: Preload,
+    capacity: Option<u32>,
+    cache_bytes: u64,
+    dir: &Path,
+) -> Result<Store, StoreError> {
+    let opts = Options {
+        capacity,
+        keep_recent: 1,
+        cache_bytes: Some(cache_bytes),
+        // A checkpoint when the log reaches the last checkpoint's size (64 MiB at least):
+        // the log stays about the state's size, and the checkpoints' skeletons do not
+        // add up to the square of it.
+        checkpoint: CheckpointPolicy::UNPAGED,
+        ..Options::default()
+    };
+    let mut store = Store::open(dir, opts)?;
+    let per_commit = (cache_bytes / 2 / (8 << 10)).max(1);
+    let (mut keys, mut pending) = (0u64, 0u64);
+    for (k, v) in bavl_workload::initial(p.seed) {
+        if keys >= p.keys {
+            break;
+        }
+        keys += u64::from(store.insert(&k, &v)?);
+        pending += 1;
+        if pending >= per_commit {
+            store.commit()?;
+            pending = 0;
+        }
+    }
+    store.commit()?;
+    Ok(store)
 }
 
 #[cfg(test)]
