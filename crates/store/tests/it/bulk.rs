@@ -292,3 +292,19 @@ fn push_refuses_keys_out_of_order_or_outside_the_limits_and_changes_nothing() {
     t.insert(b"c", b"3").unwrap();
     assert_eq!((done.root, done.keys), (t.root_hash(), 2));
 }
+
+#[test]
+fn a_full_disk_fails_an_import_and_abort_leaves_nothing() {
+    let disk = crate::ingest::SmallDisk::new(200 << 10);
+    let mut im = Import::create_backend(Arc::new(disk.clone()), 16, 1).unwrap();
+    let mut sorted = pairs(60_000, 5);
+    sorted.sort();
+    let err = sorted.iter().find_map(|(k, v)| im.push(k, v).err()).expect("the disk fills up");
+    assert!(
+        matches!(&err, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull),
+        "{err}"
+    );
+    assert!(matches!(im.push(b"\xff\xff\xff\xff", b"v"), Err(StoreError::Poisoned(_))));
+    im.abort().unwrap();
+    assert_eq!(disk.files.list().unwrap(), Vec::<String>::new());
+}

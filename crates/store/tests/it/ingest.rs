@@ -446,3 +446,111 @@ fn a_bad_journal_header_or_frame_bounds_are_refused() {
     std::fs::write(&j, &good).unwrap();
     assert_eq!(Ingest::open(dir.path(), root, 2, IngestOptions::default()).unwrap().resumed(), 2);
 }
+
+/// A disk that holds `room` more bytes: a write past it writes what fits and fails with
+/// `StorageFull`, as a full file system does. Raising `room` is freeing space.
+#[derive(Clone)]
+pub struct SmallDisk {
+    pub files: MemBackend,
+    pub room: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl SmallDisk {
+    pub fn new(room: u64) -> Self {
+        SmallDisk { files: MemBackend::new(), room: Arc::new(room.into()) }
+    }
+}
+
+struct SmallFile(Box<dyn bavl_store::WriteFile>, Arc<std::sync::atomic::AtomicU64>);
+
+impl std::io::Write for SmallFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let room = self.1.load(SeqCst);
+        if room < buf.len() as u64 {
+            self.1.store(0, SeqCst);
+            self.0.write_all(&buf[..room as usize])?;
+            return Err(std::io::ErrorKind::StorageFull.into());
+        }
+        self.1.fetch_sub(buf.len() as u64, SeqCst);
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl bavl_store::WriteFile for SmallFile {
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.0.sync()
+    }
+}
+
+impl Backend for SmallDisk {
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        self.files.list()
+    }
+    fn open_read(&self, name: &str) -> std::io::Result<Box<dyn std::io::Read + Send>> {
+        self.files.open_read(name)
+    }
+    fn file_len(&self, name: &str) -> std::io::Result<u64> {
+        self.files.file_len(name)
+    }
+    fn create(&self, name: &str) -> std::io::Result<Box<dyn bavl_store::WriteFile>> {
+        Ok(Box::new(SmallFile(self.files.create(name)?, self.room.clone())))
+    }
+    fn open_append(&self, name: &str, len: u64) -> std::io::Result<Box<dyn bavl_store::WriteFile>> {
+        Ok(Box::new(SmallFile(self.files.open_append(name, len)?, self.room.clone())))
+    }
+    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        self.files.rename(from, to)
+    }
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        self.files.remove(name)
+    }
+    fn sync_dir(&self) -> std::io::Result<()> {
+        self.files.sync_dir()
+    }
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.files.read_at(name, offset, buf)
+    }
+    fn describe(&self) -> String {
+        "a small disk".into()
+    }
+}
+
+#[test]
+fn a_full_disk_is_an_error_and_the_ingest_resumes_once_there_is_room() {
+    let mut t = tree(2000, 16, 300);
+    let (root, chunks) = chunks(&mut t, 13);
+    let opts = IngestOptions { flush_bytes: 64 << 10, ..IngestOptions::default() };
+    // Room for about half the bodies (600 KB of about 1.2 MB).
+    let disk = SmallDisk::new(600 << 10);
+    let b: Arc<dyn Backend> = Arc::new(disk.clone());
+    let mut ing = Ingest::open_backend(b.clone(), root, 6, opts.clone()).unwrap();
+    let err =
+        chunks.iter().find_map(|c| ing.add_verified(c.clone()).err()).expect("the disk fills up");
+    match &err {
+        StoreError::Io { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::StorageFull, "{err}")
+        }
+        e => panic!("{e}"),
+    }
+    // The writer is done for: every later call fails, nothing more is written.
+    assert!(matches!(ing.add_verified(chunks[0].clone()), Err(StoreError::Poisoned(_))));
+    assert!(matches!(ing.flush(), Err(StoreError::Poisoned(_))));
+    drop(ing);
+    assert!(matches!(
+        Store::open_backend(b.clone(), paged()).err(),
+        Some(StoreError::UnfinishedIngest(_))
+    ));
+    // Space is freed; the ingest resumes with what it flushed and finishes.
+    disk.room.store(u64::MAX / 2, std::sync::atomic::Ordering::SeqCst);
+    let mut ing = Ingest::open_backend(b.clone(), root, 6, opts).unwrap();
+    assert!(ing.resumed() > 0 && ing.resumed() < chunks.len() as u64, "{}", ing.resumed());
+    for c in &chunks {
+        ing.add_verified(c.clone()).unwrap();
+    }
+    ing.finish().unwrap();
+    check_store(Store::open_backend(b, paged()).unwrap(), &mut t, 6);
+}
