@@ -21,10 +21,11 @@
 use std::io::{Read, Write};
 
 use bavl_core::codec::Reader;
-use bavl_core::{ChunkError, Restore, Sha256 as Bavl, Snapshot, Tree};
+use bavl_core::{Restore, Sha256 as Bavl, Tree};
 use sha2::{Digest as _, Sha256};
 
 use crate::restore::Applied;
+use crate::snapshot::{Source, SourceError};
 
 /// The format number in `Snapshot.format`.
 pub const FORMAT_BASELINE: u32 = 2;
@@ -43,13 +44,13 @@ pub struct Export {
 
 impl Export {
     /// Serialises and compresses `snap` (O(state)); an error if a chunk cannot be read.
-    pub fn new(snap: &Snapshot) -> Result<Export, ChunkError> {
+    pub fn new(snap: &Source) -> Result<Export, SourceError> {
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
         let mut buf = Vec::new();
-        for j in 0..snap.chunk_count() {
+        for j in 0..snap.snapshot().chunk_count() {
             let at = buf.len();
             buf.extend_from_slice(&[0; 4]);
-            snap.export_chunk_into(j, &mut buf)?;
+            snap.export_into(j, &mut buf)?;
             let len = (buf.len() - at - 4) as u32;
             buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
             if buf.len() >= 1 << 20 {

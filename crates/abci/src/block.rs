@@ -202,11 +202,13 @@ pub(crate) fn commit(app: &App) -> pb::ResponseCommit {
         && offsets.into_iter().any(|k| version > k && (version - k).is_multiple_of(interval));
     node.log_since_checkpoint += node.store.last_commit_timing().log_bytes;
     let mut times = std::mem::take(&mut node.pending_work);
-    maybe_checkpoint(app, &mut node);
     if due {
+        // Makes the version a checkpoint itself (a paged store).
         let at = std::time::Instant::now();
         crate::statesync::take_snapshot(app, &mut node, version);
         times.snapshot = at.elapsed();
+    } else {
+        maybe_checkpoint(app, &mut node);
     }
     tracing::debug!(height, app_hash = %hex::encode(root), "committed");
     times.commit = start.elapsed();

@@ -84,10 +84,11 @@ pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
     }
     let snap = node.store.latest();
     #[cfg(feature = "test-rigs")]
-    let snap = forge(app, snap, height);
+    let snap = forge(app, node, snap, height);
     #[cfg(feature = "test-rigs")]
     if app.cfg().format() == FORMAT_BASELINE {
-        return take_baseline(node, height, snap);
+        let src = Source::new(snap, node.store.page_loader());
+        return take_baseline(node, height, &src);
     }
     if node.store.page_loader().is_some() {
         let made = node.store.wait_checkpoint().and_then(|_| node.store.checkpoint());
@@ -105,9 +106,9 @@ pub(crate) fn take_snapshot(app: &App, node: &mut Node, height: u64) {
 /// The baseline's snapshot (a comparison rig): the whole state compressed on the
 /// committing thread and held in memory.
 #[cfg(feature = "test-rigs")]
-fn take_baseline(node: &mut Node, height: u64, snap: Snapshot) {
+fn take_baseline(node: &mut Node, height: u64, snap: &Source) {
     let start = std::time::Instant::now();
-    match Export::new(&snap) {
+    match Export::new(snap) {
         Ok(export) => {
             let held =
                 Held::new(height, crate::snapfile::unix_ms(), Form::Baseline(Arc::new(export)));
@@ -126,14 +127,26 @@ fn take_baseline(node: &mut Node, height: u64, snap: Snapshot) {
 
 /// A forging liar's snapshot: the true state plus [`byzantine::FORGED_KEY`].
 #[cfg(feature = "test-rigs")]
-fn forge(app: &App, honest: Snapshot, height: u64) -> Snapshot {
-    match app.cfg().byzantine {
-        Some(Lie::Forged | Lie::ForgedMany) => {
-            let mut tree = honest.to_tree();
-            let _ = tree.insert(byzantine::FORGED_KEY, format!("forged at {height}").as_bytes());
-            tree.snapshot()
+fn forge(app: &App, node: &Node, honest: Snapshot, height: u64) -> Snapshot {
+    let (Some(Lie::Forged | Lie::ForgedMany), key) = (app.cfg().byzantine, byzantine::FORGED_KEY)
+    else {
+        return honest;
+    };
+    // The chunks the insert needs are read back first (a paged store): an insert that
+    // meets an absent chunk is refused, and the "forgery" would be the honest state.
+    let mut snap = honest;
+    loop {
+        let mut tree = snap.to_tree();
+        let needs = tree.absent_for_insert(key);
+        if needs.is_empty() {
+            let forged = tree.insert(key, format!("forged at {height}").as_bytes());
+            forged.unwrap_or_else(|e| panic!("forging a snapshot: {e}"));
+            return tree.snapshot();
         }
-        _ => honest,
+        snap = match node.store.load_pages(&snap, &needs) {
+            Ok(s) => s,
+            Err(e) => panic!("forging a snapshot: {e}"),
+        };
     }
 }
 

@@ -39,7 +39,10 @@ fn apply(app: &App, i: u32, chunk: bytes::Bytes, sender: &str) -> pb::ResponseAp
 
 #[test]
 fn the_baseline_restores_and_finds_a_forgery_only_at_the_end() {
-    let honest = App::open(baseline_config("base-honest", None)).unwrap();
+    // The honest server is paged with no body kept: its export reads every chunk back.
+    let mut paged = baseline_config("base-honest", None);
+    paged.store.cache_bytes = Some(0);
+    let honest = App::open(paged).unwrap();
     let liar = App::open(baseline_config("base-liar", Some(Lie::WrongBytes))).unwrap();
     let forger = App::open(baseline_config("base-forger", Some(Lie::Forged))).unwrap();
     let mut model = Tree::with_capacity(16).unwrap();

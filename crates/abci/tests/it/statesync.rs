@@ -212,3 +212,36 @@ fn a_liar_with_many_forgeries_lists_them_newest_first_and_each_is_refused() {
     }
     assert_eq!(info(&joiner).0, 0);
 }
+
+#[test]
+fn a_forging_liar_on_a_paged_store_still_forges() {
+    // The forged key's chunk is paged out: the liar reads it back before inserting.
+    let mut cfg = config(&temp_home("forged-paged-liar"), 5);
+    cfg.byzantine = Some(Lie::Forged);
+    cfg.store.cache_bytes = Some(0);
+    let liar = App::open(cfg).unwrap();
+    init(&liar);
+    let mut model = Tree::with_capacity(16).unwrap();
+    run_blocks(&[&liar], &mut model, 1, 12, 20);
+    let forged = newest(&liar);
+    assert_eq!(forged.height, 11);
+    let meta = bavl_abci::snapshot::Metadata::decode(&forged.metadata).unwrap();
+    assert_ne!(meta.root, model_at(11).root_hash(), "a forgery, not the honest state");
+    let mut own = bavl_abci::restore::Restoring::offer(
+        forged.height,
+        forged.format,
+        forged.chunks,
+        &forged.hash,
+        &forged.metadata,
+        &meta.root,
+    )
+    .unwrap();
+    let mut found = false;
+    for i in 0..forged.chunks {
+        if let bavl_abci::restore::Applied::Complete(tree) = own.apply(i, &load(&liar, &forged, i))
+        {
+            found = tree.get(FORGED_KEY) == Ok(Some(&b"forged at 11"[..]));
+        }
+    }
+    assert!(found, "the forged key is in the forged snapshot");
+}
