@@ -223,10 +223,12 @@ impl App {
         (node.store.version(), node.store.root())
     }
 
-    /// The value of `key` in the last committed state (an error naming the chunk if the
-    /// state is paged and the key's chunk is not in memory).
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, bavl_core::PageRef> {
-        Ok(self.node().store.latest().get(key)?.map(<[u8]>::to_vec))
+    /// The value of `key` in the last committed state; a paged-out chunk is read back
+    /// (verified), and one that cannot be is an error, never "absent".
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, bavl_store::StoreError> {
+        let node = self.node();
+        let snap = node.store.resident_for(&node.store.latest(), |s| s.get(key).err())?;
+        Ok(snap.get(key).map_err(bavl_core::InputError::from)?.map(<[u8]>::to_vec))
     }
 
     /// The heights of the snapshots this node serves.
