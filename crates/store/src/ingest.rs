@@ -30,6 +30,11 @@
 //! - A failed write or sync (a full disk) is returned by the call that met it and ends
 //!   this writer (every later call fails); what was flushed before stays resumable.
 //!
+//! A directory that already holds a store is refused (`InvalidOption`, "already holds"):
+//! a caller resuming after a kill that may have come after `finish` tries
+//! [`crate::Store::open`] first (which refuses an unfinished ingest, and opens a finished
+//! one).
+//!
 //! The caller guarantees that every chunk given was verified against the root
 //! ([`bavl_core::verify_chunk`] gives nothing else); the root check of `finish` catches a
 //! chunk of another tree anyway, but only at the end.

@@ -30,6 +30,10 @@
 //! shared by [`Options::read_only`] readers, which change nothing on disk. Only an empty
 //! directory becomes a new store. Formats and reasons: `docs/design.md` §8.
 //!
+//! A new paged store can also be built from outside without holding the state: [`Ingest`]
+//! from verified chunks in any order (a state sync; resumable after a kill), and
+//! [`import`] from a stream of key-value pairs, sorted or not (§8.8, §8.9).
+//!
 //! ```
 //! use bavl_store::{Options, Store};
 //! let dir = std::env::temp_dir().join(format!("bavl-doc-{}", std::process::id()));

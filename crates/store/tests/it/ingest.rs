@@ -84,6 +84,14 @@ fn check_store(mut store: Store, t: &mut Tree, version: u64) {
     assert_eq!((v, root), (version + 1, t.root_hash()));
 }
 
+/// A sync verifies and writes on threads of its own: the writer moves between them.
+#[test]
+fn an_ingest_can_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<Ingest>();
+    send::<bavl_store::import::Import>();
+}
+
 #[test]
 fn shuffled_chunks_make_a_store_that_opens_paged_at_the_version_and_root() {
     let dir = TempDir::new("ingest-shuffled");
