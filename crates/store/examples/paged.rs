@@ -20,7 +20,8 @@ const SEED: u64 = 42;
 
 fn build(dir: &Path, keys: u64) {
     let _ = std::fs::remove_dir_all(dir);
-    let opts = Options { checkpoint: CheckpointPolicy::Manual, ..Options::default() };
+    // Built in memory (faster; it must fit), then checkpointed whole.
+    let opts = Options { checkpoint: CheckpointPolicy::Manual, ..Options::in_memory() };
     let mut s = Store::open(dir, opts).expect("open");
     for (i, (k, v)) in initial(SEED).take(keys as usize).enumerate() {
         s.insert(&k, &v).expect("insert");

@@ -66,7 +66,7 @@ impl Pager {
     ) -> Result<(), StoreError> {
         tree.root_hash();
         self.stats.mid_evictions += 1;
-        self.evict_to(tree, self.budget / 2)?;
+        self.evict_to(tree, 2)?;
         // Hashed just above: O(1). Dropped at once; the versions share its nodes.
         let now = tree.snapshot();
         let pinned = unpin_beside(versions.values_mut().rev(), now);
@@ -110,11 +110,12 @@ impl Pager {
     /// With the allocator's slack counted (`crate::slack`), the budget is first divided
     /// by the memory the process gained per byte counted.
     pub(crate) fn evict(&mut self, tree: &mut Tree) -> Result<(), StoreError> {
-        self.evict_to(tree, u64::MAX)
+        self.evict_to(tree, 1)
     }
 
-    /// [`Pager::evict`] to at most `cap` bytes of resident bodies.
-    fn evict_to(&mut self, tree: &mut Tree, cap: u64) -> Result<(), StoreError> {
+    /// [`Pager::evict`] to at most the budget (divided by the slack factor) over
+    /// `fraction` of resident bodies.
+    fn evict_to(&mut self, tree: &mut Tree, fraction: u64) -> Result<(), StoreError> {
         let s = tree.skeleton_stats();
         let mut resident = s.resident_bytes;
         self.stats.peak_resident_bytes = self.stats.peak_resident_bytes.max(resident);
@@ -123,7 +124,7 @@ impl Pager {
         self.stats.slack_permille = self.slack.permille();
         let budget = (self.budget as f64 / factor) as u64;
         let room = self.pinned + std::mem::take(&mut self.loaded_bytes);
-        let target = budget.saturating_sub(room).max(budget / 4).min(cap);
+        let target = budget.saturating_sub(room).max(budget / 4).min(budget / fraction);
         let mut skeleton = s.skeleton_bytes;
         if resident > target {
             // Pick in one walk from the hand (wrapping once), then page out: a descent
