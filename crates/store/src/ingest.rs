@@ -312,6 +312,9 @@ impl Ingest {
 
 /// Refuses a directory that holds anything but an ingest's own temporaries.
 pub(crate) fn check_empty(backend: &dyn Backend, names: &[String]) -> Result<(), StoreError> {
+    if names.iter().any(|n| n == JOURNAL_FILE) {
+        return Err(refusal(backend));
+    }
     let theirs: Vec<&String> = names
         .iter()
         .filter(|n| !is_ingest_temporary(n) && *n != crate::backend::LOCK_FILE)

@@ -138,3 +138,50 @@ fn sorted_binary_from_standard_input_and_bad_input_named_by_record() {
     assert!(stderr(&out).contains("record 3000") && stderr(&out).contains("ends inside it"));
     assert!(!db.exists());
 }
+
+#[test]
+fn an_import_killed_midway_leaves_a_directory_that_no_command_takes_for_a_store() {
+    let dir = TempDir::new("bavl-cli-import", "kill");
+    let db = dir.join("db");
+    let db_s = db.to_str().unwrap().to_string();
+    let mut child = crate::common::Kill(
+        Command::new(env!("CARGO_BIN_EXE_bavl"))
+            .args(["import", "--db", &db_s, "--sorted", "--quiet", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // More than one gathered MiB of sorted records, and the input left open: the import
+    // has written chunk bodies and waits for more when it is killed.
+    let mut stdin = child.0.stdin.take().unwrap();
+    for i in 0..20_000u32 {
+        let (k, v) = (i.to_be_bytes(), [7u8; 100]);
+        stdin.write_all(&4u32.to_le_bytes()).unwrap();
+        stdin.write_all(&k).unwrap();
+        stdin.write_all(&100u32.to_le_bytes()).unwrap();
+        stdin.write_all(&v).unwrap();
+    }
+    stdin.flush().unwrap();
+    let chunks = db.join(format!("chunks-{:020}.bavl", 0));
+    while std::fs::metadata(&chunks).map_or(true, |m| m.len() <= 20) {
+        assert!(child.0.try_wait().unwrap().is_none(), "the import ended early");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    drop(stdin);
+    assert!(db.join("ingest.bavl").exists());
+    for args in [
+        vec!["get", "--db", &db_s, "--key", "00000001"],
+        vec!["check", "--db", &db_s],
+        vec!["stats", "--db", &db_s],
+    ] {
+        let out = bavl(&args);
+        assert!(!out.status.success(), "{args:?} took it for a store: {}", stdout(&out));
+    }
+    let again = bavl(&["import", "--db", &db_s, "--sorted", "/dev/null"]);
+    assert!(!again.status.success());
+    assert!(stderr(&again).contains("interrupted bulk import"), "{}", stderr(&again));
+}
