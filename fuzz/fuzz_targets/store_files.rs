@@ -25,11 +25,12 @@ fuzz_target!(|data: &[u8]| {
     }
     let shared: std::sync::Arc<dyn bavl_store::Backend> = std::sync::Arc::new(backend.clone());
     let report = check(&shared).expect("check reads memory");
+    // The in-memory store, as the fixture was written (full checkpoints).
     let opts = Options {
         capacity: None,
         keep_recent: 2,
         checkpoint: CheckpointPolicy::Manual,
-        ..Options::default()
+        ..Options::in_memory()
     };
     // A read-only open changes no file, whatever it finds, and agrees with a writable one.
     let files = |b: &MemBackend| {

@@ -415,11 +415,13 @@ pub fn store_fixture() -> &'static StoreFixture {
     F.get_or_init(|| {
         use bavl_store::{CheckpointPolicy, MemBackend, Options, Store};
         let backend = MemBackend::new();
+        // The in-memory store, explicitly: its checkpoints are the full ones (`ckpt-`)
+        // that STORE_TARGETS fuzzes.
         let opts = Options {
             capacity: Some(4),
             keep_recent: 2,
             checkpoint: CheckpointPolicy::Manual,
-            ..Options::default()
+            ..Options::in_memory()
         };
         let mut store = Store::open_backend(std::sync::Arc::new(backend.clone()), opts)
             .expect("in-memory store");
