@@ -259,7 +259,8 @@ impl Node {
         what: &str,
         open: impl FnOnce(&Home) -> Result<Store, E>,
     ) {
-        let none = Store::open_backend(Arc::new(bavl_store::MemBackend::new()), Options::default());
+        let empty = Options { cache_bytes: None, ..Options::default() };
+        let none = Store::open_backend(Arc::new(bavl_store::MemBackend::new()), empty);
         let Ok(none) = none else { panic!("{what}: opening an in-memory store") };
         drop(std::mem::replace(&mut self.store, none));
         match open(&self.home) {
