@@ -6,6 +6,7 @@
 //!   deviation.
 //! - [`plot`]: the font registered once, PNG files, legends, category bar panels and the
 //!   palette the figures share.
+//! - [`cgroup`]: a cgroup v1 memory group for a measured child process (root).
 //! - [`paths`]: the repository's root and its `docs/results/`, where default outputs go
 //!   whatever the working directory.
 //!
@@ -13,6 +14,7 @@
 //! (see [`plot::ensure_font`]).
 #![forbid(unsafe_code)]
 
+pub mod cgroup;
 pub mod machine;
 pub mod paths;
 pub mod plot;
