@@ -562,3 +562,71 @@ fn a_full_disk_is_an_error_and_the_ingest_resumes_once_there_is_room() {
     ing.finish().unwrap();
     check_store(Store::open_backend(b, paged()).unwrap(), &mut t, 6);
 }
+
+/// The `acked` of a power-loss image taken after `finish` returned.
+const FINISHED: u64 = u64::MAX;
+
+/// Power loss at every moment of an ingest (the crash images of `power.rs`: synced names
+/// and bytes; names as they are; half of each unsynced tail): every image is either no
+/// store yet, an unfinished ingest that every open refuses and that resumes holding at
+/// least every chunk flushed before the image, or (once `finish` returned, always) the
+/// finished store with its root.
+#[test]
+fn every_power_loss_image_of_an_ingest_resumes_or_opens_at_the_root() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut t = tree(1500, 8, 60);
+    let (root, chunks) = chunks(&mut t, 14);
+    let opts = IngestOptions { flush_bytes: 4 << 10, ..IngestOptions::default() };
+    let disk = crate::power::PowerLoss::default();
+    let b: Arc<dyn Backend> = Arc::new(disk.clone());
+    let mut ing = Ingest::open_backend(b, root, 8, opts.clone()).unwrap();
+    for (n, c) in chunks.iter().enumerate() {
+        ing.add_verified(c.clone()).unwrap();
+        if n % 10 == 9 {
+            ing.flush().unwrap();
+            disk.acked.store(n as u64 + 1, SeqCst);
+        }
+    }
+    ing.finish().unwrap();
+    disk.acked.store(FINISHED, SeqCst);
+    let mut d = disk.disk.lock().unwrap();
+    d.snapshot(FINISHED);
+    let images = std::mem::take(&mut d.images);
+    drop(d);
+    assert!(images.len() > 100, "only {} images", images.len());
+    let (mut unfinished, mut finished) = (0, 0);
+    for (i, (image, acked)) in images.iter().enumerate() {
+        let mem = MemBackend::new();
+        for (name, bytes) in image {
+            mem.put(name, bytes.clone());
+        }
+        let b: Arc<dyn Backend> = Arc::new(mem.clone());
+        let names: Vec<&String> = image.keys().collect();
+        if image.contains_key(JOURNAL_FILE) {
+            assert_ne!(*acked, FINISHED, "image {i}: {names:?}");
+            assert!(matches!(
+                Store::open_backend(b.clone(), paged()).err(),
+                Some(StoreError::UnfinishedIngest(_))
+            ));
+            let mut ing = Ingest::open_backend(b.clone(), root, 8, opts.clone())
+                .unwrap_or_else(|e| panic!("image {i} (acknowledged {acked}): {e}"));
+            assert!(ing.resumed() >= *acked, "image {i}: {} < {acked}", ing.resumed());
+            for c in &chunks {
+                ing.add_verified(c.clone()).unwrap();
+            }
+            ing.finish().unwrap();
+            unfinished += 1;
+        } else if image.contains_key("HEAD") {
+            finished += 1;
+        } else {
+            // Before the journal was in place: nothing but its temporary.
+            assert_eq!(*acked, 0, "image {i}: {names:?}");
+            assert!(image.keys().all(|n| n.ends_with(".tmp")), "image {i}: {names:?}");
+            continue;
+        }
+        let store = Store::open_backend(b, paged())
+            .unwrap_or_else(|e| panic!("image {i} (acknowledged {acked}): {e}"));
+        assert_eq!((store.version(), store.root()), (8, root), "image {i}");
+    }
+    assert!(unfinished > 100 && finished > 0, "{unfinished} unfinished, {finished} finished");
+}

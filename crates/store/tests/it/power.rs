@@ -71,20 +71,20 @@ struct Inode {
     synced: Vec<u8>,
 }
 
-type Image = BTreeMap<String, Vec<u8>>;
+pub(crate) type Image = BTreeMap<String, Vec<u8>>;
 
 #[derive(Default)]
-struct Disk {
+pub(crate) struct Disk {
     inodes: Vec<Inode>,
     names: BTreeMap<String, usize>,
     synced_names: BTreeMap<String, usize>,
     /// (image, the version acknowledged when it was taken), three kinds, deduplicated.
-    images: Vec<(Image, u64)>,
+    pub(crate) images: Vec<(Image, u64)>,
     last: [Image; 3],
 }
 
 impl Disk {
-    fn snapshot(&mut self, acked: u64) {
+    pub(crate) fn snapshot(&mut self, acked: u64) {
         let synced = |names: &BTreeMap<String, usize>, inodes: &[Inode]| -> Image {
             names.iter().map(|(n, &i)| (n.clone(), inodes[i].synced.clone())).collect()
         };
@@ -114,9 +114,9 @@ impl Disk {
 
 /// The recording backend: every change first takes the crash images of that moment.
 #[derive(Clone, Default)]
-struct PowerLoss {
-    disk: Arc<Mutex<Disk>>,
-    acked: Arc<AtomicU64>,
+pub(crate) struct PowerLoss {
+    pub(crate) disk: Arc<Mutex<Disk>>,
+    pub(crate) acked: Arc<AtomicU64>,
 }
 
 impl PowerLoss {
