@@ -26,6 +26,10 @@ impl<H: Hasher> Syncer<H> {
         if self.finished {
             return;
         }
+        if self.is_complete() {
+            // Nothing left to ask for: only the bodies received await their verdicts.
+            return self.settle(now);
+        }
         // Before the count is known, chunk requests first: they can prove it, manifests
         // cannot, and every source should be asked for one in its first round trip.
         if self.truth.is_none() {
@@ -385,14 +389,24 @@ impl<H: Hasher> Syncer<H> {
         }
     }
 
-    /// Emits `Done` when every chunk is verified, `Failed` when nothing can progress.
-    fn settle(&mut self, now: Duration) {
-        let complete = match self.truth {
+    /// Whether every chunk is accepted or held.
+    fn is_complete(&self) -> bool {
+        match self.truth {
             Some(t) if t.count == 0 => true,
             Some(t) => self.complete == t.count,
             None => false,
-        };
-        if complete {
+        }
+    }
+
+    /// Emits `Done` when every chunk is accepted or held and every body received has had
+    /// its verdict (a source that sent a bad one is banned, not left unjudged: at most the
+    /// budget's worth of verification, and no body is queued for it once every chunk is
+    /// in); `Failed` when nothing can progress.
+    fn settle(&mut self, now: Duration) {
+        if self.is_complete() {
+            if !self.verifying.is_empty() {
+                return;
+            }
             self.judge_unproductive();
             self.finished = true;
             self.done = true;

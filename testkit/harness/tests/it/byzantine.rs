@@ -263,7 +263,12 @@ fn a_sync_from_liars_alone_fails_and_still_writes_its_summary() {
     assert_eq!(src[2]["health"], "dropped");
     assert!(src[2]["reason"].as_str().unwrap().contains("transport error"), "{s}");
     assert_eq!(src[2]["transient_failures"], 2);
-    // The resume file is kept for the next attempt and named in the summary.
-    assert!(Path::new(s["resume"].as_str().unwrap()).exists(), "{s}");
-    assert!(!setup.dir.join("synced").exists(), "no store from a failed sync");
+    // Nothing verified, nothing written; the directory holds the unfinished sync (what the
+    // same command resumes), which is no store.
+    assert_eq!((s["written"].as_u64(), s["resumed"].as_u64()), (Some(0), Some(0)), "{s}");
+    match Store::open(setup.dir.join("synced"), Options::default()) {
+        Err(bavl_store::StoreError::UnfinishedIngest(_)) => {}
+        Err(e) => panic!("refused, but as: {e}"),
+        Ok(_) => panic!("a failed sync left a store"),
+    }
 }

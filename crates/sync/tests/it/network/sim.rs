@@ -418,8 +418,9 @@ impl Sim {
             _ => {}
         }
         let w = &self.world;
-        // A chunk the tree does not have (asked for before the count is known): 404.
-        if matches!(req.want, Want::Chunk(i) if i >= w.truth.chunk_count() && i > 0) {
+        // A chunk the tree does not have (asked for before the count is known; chunk 0 of
+        // the empty tree too): 404, as `bavl serve` answers.
+        if matches!(req.want, Want::Chunk(i) if i >= w.truth.chunk_count()) {
             return Answer::Fail(FailureKind::Http(404));
         }
         let honest = || match req.want {
