@@ -107,7 +107,7 @@ fn cgroups_available() -> bool {
         && cgroup::MemCgroup::create("probe", 1 << 30).is_ok()
 }
 
-fn config(args: &Args) -> Result<Config> {
+fn config(args: &Args, out: &Path) -> Result<Config> {
     let exe = std::env::current_exe().context("locating this binary")?;
     let bavl = args.bavl.clone().unwrap_or_else(|| exe.with_file_name("bavl"));
     let harness = args.harness.clone().unwrap_or_else(|| exe.with_file_name("bavl-harness"));
@@ -129,6 +129,7 @@ fn config(args: &Args) -> Result<Config> {
         harness,
         baseline,
         work: args.work.clone().unwrap_or_else(|| bavl_labkit::repo_path("target/joinlab/work")),
+        out: out.to_path_buf(),
         sizes: args.keys.clone().unwrap_or_else(|| {
             if args.quick {
                 vec![200_000]
@@ -159,7 +160,8 @@ fn disk_needed(keys: u64, store_bytes_per_key: f64) -> u64 {
 }
 
 fn run_all(args: &Args) -> Result<ExitCode> {
-    let cfg = config(args)?;
+    let (out, json_path) = outputs(args);
+    let cfg = config(args, &out)?;
     let mut machine = Machine::probe().with("bavl_binary", cfg.bavl.display().to_string());
     if let Some(n) = &args.note {
         machine = machine.with("note", n.clone());
@@ -169,7 +171,6 @@ fn run_all(args: &Args) -> Result<ExitCode> {
     if swept > 0 {
         eprintln!("joinlab: removed {swept} cgroup(s) left by killed runs");
     }
-    let (out, json_path) = outputs(args);
     std::fs::create_dir_all(&out)?;
     std::fs::create_dir_all(&cfg.work)?;
     let dd =
@@ -184,7 +185,25 @@ fn run_all(args: &Args) -> Result<ExitCode> {
     let (mut rows, mut skipped, mut disk) =
         (Vec::<Row>::new(), Vec::<Value>::new(), Vec::<Value>::new());
     let mut per_key = 150.0; // bytes a key of a store, until one is measured
-    for &keys in &cfg.sizes {
+                             // The file is written after every size, the sizes still to run listed as pending: a
+                             // run stopped midway leaves what it measured, saying what it did not.
+    let write = |machine: &Machine,
+                 rows: &[Row],
+                 skipped: &[Value],
+                 disk: &[Value],
+                 pending: &[u64]|
+     -> Result<Value> {
+        let mut not = skipped.to_vec();
+        not.extend(pending.iter().map(|k| json!({"keys": k, "why": "pending: the run had not reached it when this file was written"})));
+        let doc = document(&cfg, machine, &fl, rows, &not, disk, &uncommitted);
+        std::fs::write(&json_path, serde_json::to_string_pretty(&doc)? + "\n")?;
+        std::fs::write(out.join("rows.csv"), report::csv(rows))?;
+        if let Err(e) = report::plot(&out.join("join-to-disk.png"), rows, cfg.limit) {
+            eprintln!("joinlab: no plot: {e:#}");
+        }
+        Ok(doc)
+    };
+    for (i, &keys) in cfg.sizes.iter().enumerate() {
         let free = run::free_bytes(&cfg.work).unwrap_or(0);
         let need = disk_needed(keys, per_key);
         disk.push(json!({"keys": keys, "free_before_bytes": free, "needed_bytes": need,
@@ -205,14 +224,12 @@ fn run_all(args: &Args) -> Result<ExitCode> {
                 skipped.push(json!({"keys": keys, "why": format!("failed: {e:#}")}));
             }
         }
+        let mut m = machine.clone();
+        m.finish();
+        write(&m, &rows, &skipped, &disk, &cfg.sizes[i + 1..])?;
     }
     machine.finish();
-    let doc = document(&cfg, &machine, &fl, &rows, &skipped, &disk, &uncommitted);
-    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)? + "\n")?;
-    std::fs::write(out.join("rows.csv"), report::csv(&rows))?;
-    if let Err(e) = report::plot(&out.join("join-to-disk.png"), &rows, cfg.limit) {
-        eprintln!("joinlab: no plot: {e:#}");
-    }
+    let doc = write(&machine, &rows, &skipped, &disk, &[])?;
     let h = &doc["largest"];
     eprintln!(
         "joinlab: largest {} keys: sync/floor {:.3} (<= 1.2), RSS over budget {:.2} B/key (<= 8), ok {}, import {:.0} keys/s -> {}",

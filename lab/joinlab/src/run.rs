@@ -39,6 +39,8 @@ pub struct Config {
     /// The `bavl` of before (in-memory sync), if there is one.
     pub baseline: Option<PathBuf>,
     pub work: PathBuf,
+    /// Where each size's sync trace goes (`sync-trace-<keys>.csv`, `bavl sync --trace`).
+    pub out: PathBuf,
     pub sizes: Vec<u64>,
     pub capacity: u32,
     pub peers: usize,
@@ -286,6 +288,7 @@ fn sync_to_disk(
     let mut args: Vec<String> = vec!["sync".into(), "--quiet".into(), "--db".into(), s(joiner)];
     args.extend(["--root".into(), root.to_string(), "--version".into(), "1".into()]);
     args.extend(["--json".into(), s(&summary_path)]);
+    args.extend(["--trace".into(), s(cfg.out.join(format!("sync-trace-{keys}.csv")))]);
     for u in urls {
         args.extend(["--peer".into(), u.clone()]);
     }
