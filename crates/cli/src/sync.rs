@@ -255,6 +255,14 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         Err(e) => return Err(e.into()),
     };
     let installed = Instant::now();
+    if let Some(shape) = done.shape.filter(|s| s.chunk_count == 0) {
+        // The empty tree has no chunk to tell the ingest its capacity; the root proved it
+        // (with the manifest): the ingest, which holds nothing, is reopened with it.
+        drop(ingest);
+        let opts = IngestOptions { empty_capacity: shape.capacity, ..IngestOptions::default() };
+        ingest = Ingest::open(&args.db, root, args.version, opts)
+            .map_err(|e| ingest_error(&args.db, e))?;
+    }
     let (version, installed_root) = ingest.finish().map_err(|e| ingest_error(&args.db, e))?;
     if (version, installed_root) != (args.version, root) {
         bail!("the store was installed at another version or root (a bug: every chunk verified)");

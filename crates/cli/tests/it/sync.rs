@@ -204,6 +204,24 @@ fn killed_sync_resumes_without_refetching() {
     check_store(&dst, v, &root);
 }
 
+/// The empty tree has no chunk: its capacity (16 here, not the default) comes from the
+/// root and the manifest, and the store installed has it.
+#[test]
+fn an_empty_state_syncs_at_its_capacity() {
+    let dir = TempDir::new("bavl-cli", "sync-empty");
+    let (src, dst, json) = (dir.join("src"), dir.join("dst"), dir.join("s.json"));
+    let mut store =
+        Store::open(&src, Options { capacity: Some(16), ..Options::default() }).unwrap();
+    let (v, root) = store.commit().unwrap();
+    store.close().unwrap();
+    let (_server, url) = serve(&src);
+    let out = bavl_sync(&dst, &hex::encode(root), v, &[url], &json).output().unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let store = Store::open(&dst, Options { read_only: true, ..Options::paged(0) }).unwrap();
+    assert_eq!((store.version(), store.root(), store.capacity()), (v, root, 16));
+    assert_eq!(store.latest().len(), 0);
+}
+
 /// The library way to serve a store that keeps committing (`bavl serve` cannot: it holds
 /// the store's lock; docs/sync-protocol.md §8): the owner publishes each committed
 /// version's O(1) snapshot in a `Catalog` served on another thread and withdraws the ones
