@@ -159,7 +159,7 @@ fn retained_versions_read_their_own_state_across_passes_within_blocks() {
             x ^= x >> 7;
             x ^= x << 17;
             let i = (x % 12_000) as u32;
-            if x % 5 == 0 && model.contains_key(&key(i)) {
+            if x.is_multiple_of(5) && model.contains_key(&key(i)) {
                 assert!(store.remove(&key(i)).unwrap().is_some());
                 reference.remove(&key(i));
                 model.remove(&key(i));
