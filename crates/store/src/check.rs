@@ -9,7 +9,7 @@
 //! budget given to [`check_within`], whether or not the store is paged on disk) and the
 //! tree's invariants are checked at the newest version. Each problem names the file, the
 //! byte offset and what is wrong. Memory: the skeleton and the budget, never the state (a
-//! full checkpoint larger than half the budget is verified chunk by chunk into a
+//! full checkpoint larger than a third of the budget is verified chunk by chunk into a
 //! skeleton, as a paged open reads it).
 
 use std::sync::Arc;
@@ -110,9 +110,10 @@ pub fn check_within(
             continue;
         }
         let name = checkpoint_name(v);
-        // Whole if it fits the budget twice over, else into a skeleton (memory: the
+        // Whole if it fits the budget three times over, else into a skeleton (memory: the
         // skeleton), verified chunk by chunk against its root either way.
-        let fits = backend.file_len(&name).is_ok_and(|n| n.saturating_mul(2) <= cache_bytes);
+        let whole = crate::open::WHOLE;
+        let fits = backend.file_len(&name).is_ok_and(|n| n.saturating_mul(whole) <= cache_bytes);
         let read = match fits {
             true => checkpoint::read(backend, &name),
             false => crate::reopen::read_skeleton(backend, &name, None),

@@ -195,6 +195,11 @@ enum Tail {
     At(u64, u64),
 }
 
+/// A full checkpoint is read whole by a paged open (and by `check`) only if this many
+/// times its bytes fit the budget: decoded, a chunk's buffers take about 2.3 times the
+/// bytes of its entries (`docs/design.md` §8.5), so the bodies stay within the budget.
+pub(crate) const WHOLE: u64 = 3;
+
 /// The state rebuilt from a checkpoint and the log after it.
 struct Rebuilt {
     tree: Tree,
@@ -210,7 +215,7 @@ struct Rebuilt {
 
 /// Reads the checkpoint of version `v`: a skeleton (its bodies stay in the chunk files
 /// with a pager or when `verify_only`; an unpaged open reads them all, verified), or a
-/// full checkpoint (read into a skeleton when a pager's budget is smaller than twice the
+/// full checkpoint (read into a skeleton when a pager's budget is smaller than [`WHOLE`] times the
 /// file; `verify_only` then only verifies it). Adds the chunk files a skeleton names to
 /// `named`.
 fn read_state(
@@ -234,7 +239,7 @@ fn read_state(
         named.extend(skel.named());
         return Ok((header, tree));
     }
-    let fits = |b: u64| backend.file_len(&name).is_ok_and(|l| l.saturating_mul(2) <= b);
+    let fits = |b: u64| backend.file_len(&name).is_ok_and(|l| l.saturating_mul(WHOLE) <= b);
     match budget {
         Some(b) if !fits(b) => reopen::read_skeleton(backend, &name, pager),
         _ => checkpoint::read(backend, &name),
@@ -255,7 +260,7 @@ fn rebuild(
     mut pager: Option<&mut Pager>,
 ) -> Result<Rebuilt, StoreError> {
     // A paged store reads a skeleton in place, and a full checkpoint into a skeleton (its
-    // bodies to the page file), unless the checkpoint fits the budget twice over: then it
+    // bodies to the page file), unless the checkpoint fits the budget WHOLE times over: then it
     // reads it whole, as an unpaged store does, and evicts later only if it must.
     let budget = pager.as_ref().map(|p| p.budget);
     let mut named = std::collections::BTreeSet::new();
