@@ -123,6 +123,8 @@ struct Seen {
     events: Vec<SourceEvent>,
     fetched_bytes: u64,
     written: u64,
+    /// Of those, made durable: what a later run does not fetch again.
+    durable: u64,
     /// Chunks --db held when the run started.
     resumed: u64,
 }
@@ -142,10 +144,10 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
                 eprintln!("{}", describe(ev, &seen.urls));
             }
             eprintln!(
-                "error: the sync failed: {e} ({} holds {} chunks written: run the same \
-                 command again to resume)",
+                "error: the sync failed: {e} ({} keeps at least {} chunks: run the same command again \
+                 to resume)",
                 args.db.display(),
-                seen.written
+                seen.durable
             );
             let reason = match e {
                 SyncError::NoSources { .. } => "no_sources",
@@ -240,6 +242,7 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         seen.events = p.events.to_vec();
         seen.fetched_bytes = p.fetched_bytes;
         seen.written = p.written;
+        seen.durable = p.durable;
     };
     let result = http::download(root, args.version, &cfg, &mut ingest, &mut on_progress);
     bar.finish_and_clear();
@@ -250,7 +253,7 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         Ok(d) => d,
         Err(DownloadError::Sync(e)) => return Ok(Err(e)),
         Err(DownloadError::Sink(e)) => {
-            return Err(WriteFailed(write_failure(&args.db, &*e, seen.written)).into())
+            return Err(WriteFailed(write_failure(&args.db, &*e, seen.durable)).into())
         }
         Err(e) => return Err(e.into()),
     };
@@ -344,7 +347,7 @@ fn ingest_error(db: &Path, e: StoreError) -> anyhow::Error {
 }
 
 /// What to say when writing the chunks failed: the cause, and that --db can be resumed.
-fn write_failure(db: &Path, e: &(dyn std::error::Error + 'static), written: u64) -> String {
+fn write_failure(db: &Path, e: &(dyn std::error::Error + 'static), durable: u64) -> String {
     let mut full = false;
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
@@ -356,8 +359,8 @@ fn write_failure(db: &Path, e: &(dyn std::error::Error + 'static), written: u64)
     }
     let what = if full { "the disk is full" } else { "writing the store failed" };
     format!(
-        "{what}: {e}; {} keeps the chunks written before (about {written}): free space or fix \
-         the cause and run the same command again to resume",
+        "{what}: {e}; {} keeps the {durable} chunks made durable before it: free space or fix \
+         the cause and run the same command again to resume (only the others are fetched)",
         db.display()
     )
 }
@@ -384,6 +387,7 @@ fn failure_summary(
         "ok": false, "reason": reason, "error": error,
         "db": args.db.display().to_string(), "version": args.version, "root": seen.root,
         "chunks": status.total, "verified": status.verified, "written": seen.written,
+        "durable": seen.durable,
         "resumed": seen.resumed,
         "fetched_bytes": seen.fetched_bytes, "seconds": start.elapsed().as_secs_f64(),
         "banned": count(|e| matches!(e, SourceEvent::Banned { .. })),
