@@ -144,8 +144,8 @@ pub fn run(args: &SyncArgs) -> Result<ExitCode> {
                 eprintln!("{}", describe(ev, &seen.urls));
             }
             eprintln!(
-                "error: the sync failed: {e} ({} keeps at least {} chunks: run the same command again \
-                 to resume)",
+                "error: the sync failed: {e} ({} keeps at least {} chunks: run the same command \
+                 again to resume)",
                 args.db.display(),
                 seen.durable
             );
@@ -207,11 +207,9 @@ fn attempt(args: &SyncArgs, seen: &mut Seen) -> Result<Result<Value, SyncError>>
         Some(path) => {
             let mut f = std::fs::File::create(path)
                 .with_context(|| format!("creating {}", path.display()))?;
-            writeln!(
-                f,
-                "seconds,verified,total,in_flight,verifying,buffered_bytes,fetched_bytes,written,durable"
-            )
-            .with_context(|| format!("writing {}", path.display()))?;
+            let head = "seconds,verified,total,in_flight,verifying,buffered_bytes,fetched_bytes,\
+                        written,durable";
+            writeln!(f, "{head}").with_context(|| format!("writing {}", path.display()))?;
             Some(std::io::BufWriter::new(f))
         }
         None => None,
