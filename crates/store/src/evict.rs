@@ -35,11 +35,24 @@ impl Pager {
         self.grown += 2 * bytes + OP_OVERHEAD;
     }
 
+    /// The budget divided by the slack factor of the last pass (`crate::slack`).
+    fn effective_budget(&self) -> u64 {
+        let permille = self.stats.slack_permille.max(1000);
+        (self.budget as u128 * 1000 / permille as u128) as u64
+    }
+
+    /// The mean heap bytes of a body loaded so far ([`ASSUMED_BODY`] before any).
+    fn mean_body(&self) -> u64 {
+        match self.stats.loads {
+            0 => ASSUMED_BODY,
+            n => (self.loaded_total / n).max(1),
+        }
+    }
+
     /// Whether the bodies loaded and written since the last pass may have taken the
     /// working tree's resident bodies past the budget.
     pub(crate) fn over_budget(&self) -> bool {
-        let permille = self.stats.slack_permille.max(1000);
-        let budget = (self.budget as u128 * 1000 / permille as u128) as u64;
+        let budget = self.effective_budget();
         self.grown >= MIN_STEP && self.stats.resident_bytes + self.grown > budget
     }
 
@@ -78,23 +91,15 @@ impl Pager {
     /// the budget of bodies (three chunks an operation at most: its own and the two
     /// neighbours a full one evens out over), between 1 and [`MAX_SLICE`].
     pub(crate) fn slice_ops(&self) -> usize {
-        let mean = match self.stats.loads {
-            0 => ASSUMED_BODY,
-            n => (self.loaded_total / n).max(1),
-        };
-        (self.budget / 4 / (3 * mean)).clamp(1, MAX_SLICE) as usize
+        (self.effective_budget() / 4 / (3 * self.mean_body())).clamp(1, MAX_SLICE) as usize
     }
 
     /// Whether a prefetch of `ops` more operations fits beside what is held: in the
     /// budget, or in [`MIN_STEP`] if the budget is smaller (what [`Pager::relieve`] lets
     /// the bodies grow by anyway).
     pub(crate) fn prefetch_fits(&self, ops: usize) -> bool {
-        let mean = match self.stats.loads {
-            0 => ASSUMED_BODY,
-            n => (self.loaded_total / n).max(1),
-        };
-        let room = self.budget.max(MIN_STEP);
-        self.stats.resident_bytes + self.grown + 3 * mean * ops as u64 <= room
+        let room = self.effective_budget().max(MIN_STEP);
+        self.stats.resident_bytes + self.grown + 3 * self.mean_body() * ops as u64 <= room
     }
 
     /// Evicts chunks of the (fully hashed) `tree`, sweeping from the clock hand, until its
