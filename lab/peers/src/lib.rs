@@ -7,14 +7,15 @@
 //! - [`adapters`]: one adapter per Rust store (`jmt` and `nomt` behind the cargo features
 //!   of the same names);
 //! - [`child`]: what each child process does and reports;
-//! - [`cgroup`]: the cgroup v1 memory group a child can be run in (`cgroup` subcommand).
+//! - [`cgroup`]: the cgroup v1 memory group a child can be run in (`cgroup` subcommand;
+//!   the lab kit's `bavl_labkit::cgroup`).
 //!
 //! Run it with `cargo run --release -p bavl-peers --features all -- run` (see `--help`).
 #![forbid(unsafe_code)]
 
 pub mod adapters;
-pub mod cgroup;
 pub mod child;
+pub use bavl_labkit::cgroup;
 pub mod stream;
 
 #[cfg(feature = "jmt")]
