@@ -120,7 +120,7 @@ fn the_null_restore_accepts_anything_and_reports_the_trusted_hash() {
 #[test]
 fn the_preload_builds_in_a_paged_store_within_its_budget_to_the_same_root() {
     const BUDGET: u64 = 64 << 10;
-    let p = Preload { keys: 3000, seed: 11 };
+    let p = Preload { keys: 30_000, seed: 11 };
     let mut reference = genesis::build(p, Some(16)).unwrap();
     let raw: u64 = reference.iter().unwrap().map(|(k, v)| (k.len() + v.len()) as u64).sum();
     assert!(raw > 4 * BUDGET, "the state ({raw} bytes) dwarfs the budget");
@@ -128,10 +128,14 @@ fn the_preload_builds_in_a_paged_store_within_its_budget_to_the_same_root() {
     let store = genesis::build_paged(p, Some(16), BUDGET, &dir).unwrap();
     assert_eq!(store.root(), reference.root_hash());
     let paging = store.stats().unwrap().paging.expect("a paged store");
-    // Commits every few inserts: what a commit wrote fits half the budget, so the bodies
-    // stay within it (a chunk or two of slack: a pass begins just past the budget).
+    // The store's documented bound (docs/design.md §8.5.1, "Within a block"): the budget,
+    // plus the growth between two eviction passes (256 KiB at least) and one operation's
+    // chunks (three of at most 16 entries here). How often the preload commits decides
+    // how close to the budget it stays, which this test does not pin down.
+    let bound = BUDGET + (256 << 10) + 3 * 16 * (raw / 30_000 + 64);
+    assert!(raw > 4 * bound, "the state ({raw} bytes) dwarfs the bound ({bound})");
     assert!(paging.evictions > 0 && paging.loads > 0, "{paging:?}");
-    assert!(paging.peak_resident_bytes <= BUDGET + (16 << 10), "{paging:?}");
+    assert!(paging.peak_resident_bytes <= bound, "{paging:?}");
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
     // Through InitChain, with the application's budget that small too: the same app hash,
@@ -140,7 +144,8 @@ fn the_preload_builds_in_a_paged_store_within_its_budget_to_the_same_root() {
     let mut cfg = config(&home, 0);
     cfg.store.cache_bytes = Some(BUDGET);
     let app = App::open(cfg).unwrap();
-    assert_eq!(init_with(&app, STATE), reference.root_hash());
+    let state = br#"{"bavl_preload":{"keys":30000,"seed":11}}"#;
+    assert_eq!(init_with(&app, state), reference.root_hash());
     let left: Vec<String> = std::fs::read_dir(&home)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -281,6 +281,11 @@ fn a_store_served_while_it_commits() {
     })
     .unwrap();
     let during = commits.load(Ordering::Relaxed) - before;
+    // Enough commits that version 1 has left the store's window (keep_recent 4), however
+    // slowly the writer ran beside the sync.
+    while commits.load(Ordering::Relaxed) < 6 && waited.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     stop.store(true, Ordering::Relaxed);
     let retained = writer.join().unwrap();
     assert_eq!((v, tree.root_hash(), tree.len()), (1, root, 20_000));
