@@ -200,18 +200,14 @@ fn ensure_export(bavl: &Path, db: &Path, version: u64, out: &Path) -> Result<()>
 /// One `bavl sync` of the state from `peers` into a fresh store, measured.
 fn sync_once(cfg: &Config, info: &StateInfo, peers: &[String]) -> Result<Run> {
     let db = cfg.work.join("sync-db");
-    let resume = cfg.work.join("sync.resume");
     let summary = cfg.work.join("sync.json");
     let _ = std::fs::remove_dir_all(&db);
-    let _ = std::fs::remove_file(&resume);
     let _ = std::fs::remove_file(&summary);
     let mut cmd = Command::new(&cfg.bavl);
     cmd.args(["sync", "--quiet", "--root", &info.root, "--version", &info.version.to_string()])
         .args(["--grace", &cfg.grace.to_string()])
         .arg("--db")
         .arg(&db)
-        .arg("--resume")
-        .arg(&resume)
         .arg("--json")
         .arg(&summary);
     for p in peers {
@@ -238,7 +234,6 @@ fn sync_once(cfg: &Config, info: &StateInfo, peers: &[String]) -> Result<Run> {
         Some(st) => format!("{st}; {}: {}", s["reason"], s["error"]),
     });
     let _ = std::fs::remove_dir_all(&db);
-    let _ = std::fs::remove_file(&resume);
     Ok(Run {
         error,
         seconds: m.seconds,
