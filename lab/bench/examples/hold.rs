@@ -30,7 +30,7 @@ fn main() {
     if std::env::var_os("HOLD_NOTHP").is_some() {
         bavl_alloc::no_transparent_huge_pages();
     }
-    let opts = Options { checkpoint: CheckpointPolicy::Manual, ..Options::default() };
+    let opts = Options { checkpoint: CheckpointPolicy::Manual, ..Options::in_memory() };
     let mut store = Store::open(&dir, opts).unwrap();
     let mut held = None;
     for phase in 0..6 {

@@ -261,7 +261,7 @@ fn main() {
     let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let group = env("INTERFERE_GROUP", 4).max(2);
     let cycles = env("INTERFERE_CYCLES", 12);
-    let opts = Options { checkpoint: CheckpointPolicy::Manual, ..Options::default() };
+    let opts = Options { checkpoint: CheckpointPolicy::Manual, ..Options::in_memory() };
     let mut store = Store::open(dir.join("store"), opts).unwrap();
     if store.version() == 0 {
         eprintln!("building 1M keys");

@@ -52,7 +52,7 @@ pub const STORES: &[StoreInfo] = &[
     StoreInfo {
         name: "bavl",
         peer: false,
-        description: "bavl_store::Store, Options::default() (capacity 64, keep_recent 4, automatic background checkpoints)",
+        description: "bavl_store::Store, Options::in_memory() (capacity 64, keep_recent 4, automatic background checkpoints)",
         durability: "one log record per block, fdatasync before commit() returns",
         feature: None,
     },
@@ -167,7 +167,7 @@ pub fn open_with(
             bavl_alloc::paged_memory();
             Options { cache_counts_slack: slack, ..Options::paged(bytes) }
         } else {
-            Options { cache_bytes: Some(bytes), ..Options::default() }
+            Options { cache_bytes: Some(bytes), ..Options::in_memory() }
         };
         Ok(Box::new(Bavl::open_with(dir, opts)?))
     };
@@ -208,7 +208,7 @@ pub struct Bavl {
 
 impl Bavl {
     pub fn open(dir: &Path) -> Result<Bavl> {
-        Self::open_with(dir, Options::default())
+        Self::open_with(dir, Options::in_memory())
     }
 
     pub fn open_with(dir: &Path, opts: Options) -> Result<Bavl> {

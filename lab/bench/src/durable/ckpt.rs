@@ -226,7 +226,7 @@ pub fn run(
     let opts = Options {
         checkpoint: CheckpointPolicy::Manual,
         checkpoint_pace: pace,
-        ..Options::default()
+        ..Options::in_memory()
     };
     let mut store = Store::open(&dir, opts)?;
     let keys_start = store.working().len();

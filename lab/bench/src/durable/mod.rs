@@ -3,9 +3,10 @@
 //! one durable commit per block.
 //!
 //! Phases, each on its own store directory under `--dir` (a real disk: `fsync` is real):
-//! 1. durable throughput with the default options (automatic checkpoints), commit
-//!    latency and its hash/persist split, bytes written per operation (the store's
-//!    counters and the kernel's);
+//! 1. durable throughput of the in-memory store (`Options::in_memory()`, automatic whole
+//!    checkpoints; every phase here opens the in-memory store, `bavl-peers` measures the
+//!    paged one), commit latency and its hash/persist split, bytes written per operation
+//!    (the store's counters and the kernel's);
 //! 2. reopen time right after a checkpoint and with a long log tail;
 //! 3. memory per key of an opened store at `--keys` and `--big-keys` keys, each in a
 //!    child process;
@@ -52,11 +53,11 @@ pub struct StoreArgs {
     #[arg(long)]
     warmup_blocks: Option<usize>,
     /// Blocks in the log tail replayed by the second reopen (default: as many as the
-    /// default checkpoint policy lets the log grow to; 10 with --quick).
+    /// in-memory store's checkpoint policy lets the log grow to; 10 with --quick).
     #[arg(long)]
     tail_blocks: Option<usize>,
     /// Checkpoint experiment: a checkpoint every this many blocks (default: as often as
-    /// the default policy checkpoints, i.e. every time the log has grown by the size of a
+    /// the in-memory store's policy checkpoints, i.e. every time the log has grown by the size of a
     /// checkpoint; at least 10).
     #[arg(long)]
     checkpoint_every: Option<usize>,
@@ -271,8 +272,8 @@ pub fn store(a: StoreArgs) -> Result<()> {
     let tail_override = a.tail_blocks.or(q.then_some(10));
     let tail = |ckpt_bytes: u64| {
         tail_override.unwrap_or_else(|| {
-            // The longest log the default policy lets grow before the next checkpoint.
-            let (ratio, min) = match bavl_store::Options::default().checkpoint {
+            // The longest log the in-memory store's policy lets grow before the next checkpoint.
+            let (ratio, min) = match bavl_store::Options::in_memory().checkpoint {
                 bavl_store::CheckpointPolicy::Auto { log_ratio, min_log_bytes } => {
                     (log_ratio, min_log_bytes)
                 }

@@ -79,7 +79,7 @@ pub fn durable(
     wait_quiet: f64,
 ) -> Result<Durable> {
     remove_dir(dir)?;
-    let opts = Options::default();
+    let opts = Options::in_memory();
     let (ratio, min_log) = match opts.checkpoint {
         CheckpointPolicy::Auto { log_ratio, min_log_bytes } => (log_ratio, min_log_bytes),
         CheckpointPolicy::Manual => (f64::INFINITY, 0),
@@ -266,7 +266,7 @@ pub fn reopen(
     tail: impl FnOnce(u64) -> usize,
 ) -> Result<ReopenPhase> {
     remove_dir(dir)?;
-    let manual = Options { checkpoint: CheckpointPolicy::Manual, ..Options::default() };
+    let manual = Options { checkpoint: CheckpointPolicy::Manual, ..Options::in_memory() };
     let mut store = Store::open(dir, manual.clone())?;
     load(&mut store, seed, keys)?;
     store.checkpoint()?.context("a checkpoint was already running")?;
@@ -347,7 +347,7 @@ pub fn build_checkpointed(
     remove_dir(dir)?;
     let t = Instant::now();
     let opts =
-        Options { keep_recent: 1, checkpoint: CheckpointPolicy::Manual, ..Options::default() };
+        Options { keep_recent: 1, checkpoint: CheckpointPolicy::Manual, ..Options::in_memory() };
     let mut store = Store::open(dir, opts)?;
     load(&mut store, seed, keys)?;
     store.checkpoint()?.context("a checkpoint was already running")?;

@@ -57,7 +57,7 @@ fn trim_allocator() {
 pub fn child(dir: &Path) -> Result<()> {
     let (rss_before, _) = rss_hwm();
     let opts =
-        Options { keep_recent: 1, checkpoint: CheckpointPolicy::Manual, ..Options::default() };
+        Options { keep_recent: 1, checkpoint: CheckpointPolicy::Manual, ..Options::in_memory() };
     let t = Instant::now();
     let store = Store::open(dir, opts).with_context(|| format!("opening {}", dir.display()))?;
     let open_ms = t.elapsed().as_secs_f64() * 1e3;
