@@ -10,7 +10,9 @@
 //! and restarted. Modelled: throughput on machines with enough cores, from the measured
 //! per-operation costs (`model.rs`, formula in the JSON and in docs/cluster.md §11).
 //!
-//! `--quick` is the CI smoke (small state, short phases; writes under `--out`).
+//! `--quick` is the CI smoke: every experiment once, at 1 and 2 partitions (the capacity and
+//! settings runs at 2), 5k keys, phases under a second (`setup.rs`); the figures at 8
+//! partitions are then null. Writes under `--out`.
 #![forbid(unsafe_code)]
 
 mod cluster;
@@ -48,7 +50,8 @@ struct Cli {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
-    /// Small state, short phases, one history: the CI smoke (under 2 minutes).
+    /// Every experiment once at 1 and 2 partitions, small state, short phases, one history:
+    /// the CI smoke (about a minute).
     #[arg(long)]
     pub quick: bool,
     /// Where results go [default: docs/results; quick: target/clusterlab/results].
