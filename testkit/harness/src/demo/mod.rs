@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use bavl_core::{Snapshot, Tree};
+use bavl_store::{Ingest, IngestOptions, Options as StoreOptions, Store};
 use bavl_sync::http::{self, BaseUrl, Byzantine, SourceEvent, SyncConfig};
 use bavl_sync::{Options, SourceReport, Status};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -119,7 +120,13 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
     );
     report.threads = threads;
     let t = Instant::now();
-    let outcome = sync(root, &peers, threads, grace);
+    let joiner = work.path.join("joiner");
+    if joiner.exists() {
+        // A store left by an earlier run into the same --dir.
+        std::fs::remove_dir_all(&joiner)
+            .with_context(|| format!("removing {}", joiner.display()))?;
+    }
+    let outcome = sync(root, &peers, threads, grace, &joiner);
     report.timings.sync_ms = ms(t.elapsed());
     let started: Vec<(Option<Byzantine>, u32)> =
         peers.peers.iter().map(|p| (p.kind, p.pid)).collect();
@@ -145,13 +152,23 @@ pub struct SyncOutcome {
 }
 
 pub struct Downloaded {
-    pub tree: Tree,
+    /// The root and key count of the store the sync wrote, as opened afterwards.
+    pub root: bavl_core::Digest,
+    pub keys: u64,
     pub fetched: u64,
     pub seconds: f64,
 }
 
-/// Syncs `(root, VERSION)` from every peer with the real HTTP client.
-fn sync(root: bavl_core::Digest, peers: &Peers, threads: usize, grace: Duration) -> SyncOutcome {
+/// Syncs `(root, VERSION)` from every peer with the real HTTP client into a new store at
+/// `db`, as `bavl sync` does: each verified chunk is written to the store's files as it
+/// arrives (`bavl_store::Ingest`), and the store is then opened, paged, at that version.
+fn sync(
+    root: bavl_core::Digest,
+    peers: &Peers,
+    threads: usize,
+    grace: Duration,
+    db: &Path,
+) -> SyncOutcome {
     let urls: Vec<String> = peers.peers.iter().map(|p| p.url.clone()).collect();
     let mut out = SyncOutcome {
         result: Err(String::new()),
@@ -182,19 +199,37 @@ fn sync(root: bavl_core::Digest, peers: &Peers, threads: usize, grace: Duration)
         out.events = p.events.to_vec();
         out.fetched_bytes = p.fetched_bytes;
     };
-    let result = http::download_tree(root, VERSION, &cfg, &mut on_progress);
+    let mut ingest = match Ingest::open(db, root, VERSION, IngestOptions::default()) {
+        Ok(i) => i,
+        Err(e) => {
+            out.result = Err(format!("starting the store at {}: {e}", db.display()));
+            return out;
+        }
+    };
+    let result = http::download(root, VERSION, &cfg, &mut ingest, &mut on_progress);
     bar.finish_and_clear();
     out.result = match result {
-        Ok((tree, d)) => {
+        Ok(d) => {
             out.sources = d.sources;
             out.status = d.status;
             out.events = d.events;
             out.fetched_bytes = d.fetched_bytes;
-            Ok(Downloaded { tree, fetched: d.fetched, seconds: d.elapsed.as_secs_f64() })
+            let seconds = d.elapsed.as_secs_f64();
+            let fetched = d.fetched;
+            installed(ingest, db).map(|(root, keys)| Downloaded { root, keys, fetched, seconds })
         }
         Err(e) => Err(e.to_string()),
     };
     out
+}
+
+/// Finishes the ingest and opens the new store (paged, read-only): its root and keys.
+fn installed(ingest: Ingest, db: &Path) -> Result<(bavl_core::Digest, u64), String> {
+    ingest.finish().map_err(|e| format!("installing the store: {e}"))?;
+    let store = Store::open(db, StoreOptions { read_only: true, ..StoreOptions::default() })
+        .map_err(|e| format!("opening the synced store at {}: {e}", db.display()))?;
+    let stats = store.stats().map_err(|e| e.to_string())?;
+    Ok((stats.head_root, stats.keys))
 }
 
 /// Builds the state and its later version, exports both to `dir`; the root to sync and

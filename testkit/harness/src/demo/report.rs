@@ -46,7 +46,7 @@ pub struct PeerReport {
 /// The whole report.
 #[derive(Serialize, Default)]
 pub struct Report {
-    /// The sync succeeded and the rebuilt tree has the source's root and key count.
+    /// The sync succeeded and the store it wrote opens with the source's root and key count.
     pub ok: bool,
     pub error: Option<String>,
     pub keys: u64,
@@ -82,7 +82,7 @@ pub struct Report {
     /// dropped.
     pub liars_caught: bool,
     pub source_root: String,
-    pub rebuilt_root: Option<String>,
+    pub synced_root: Option<String>,
     pub roots_equal: bool,
 }
 
@@ -119,13 +119,13 @@ impl Report {
         self.banned.sort_unstable();
         self.dropped.sort_unstable();
         match s.result {
-            Ok(mut d) => {
+            Ok(d) => {
                 self.fetched = d.fetched;
                 self.mb_per_s = s.fetched_bytes as f64 / 1e6 / d.seconds.max(1e-9);
-                let root = hex::encode(d.tree.root_hash());
+                let root = hex::encode(d.root);
                 self.roots_equal = root == self.source_root;
-                self.ok = self.roots_equal && d.tree.len() == self.keys;
-                self.rebuilt_root = Some(root);
+                self.ok = self.roots_equal && d.keys == self.keys;
+                self.synced_root = Some(root);
             }
             Err(e) => self.error = Some(e),
         }
@@ -237,10 +237,10 @@ impl Report {
             list(&self.dropped)
         ));
         o.push(format!("root     source  {}", self.source_root));
-        o.push(format!("         rebuilt {}", self.rebuilt_root.as_deref().unwrap_or("(none)")));
+        o.push(format!("         synced  {}", self.synced_root.as_deref().unwrap_or("(none)")));
         o.push(match (&self.error, self.ok) {
             (Some(e), _) => format!("result   FAILED: {e}"),
-            (None, true) => "result   OK: the rebuilt root equals the source root".into(),
+            (None, true) => "result   OK: the synced store opens at the source root".into(),
             (None, false) => "result   FAILED: the roots differ".into(),
         });
     }

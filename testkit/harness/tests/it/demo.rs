@@ -47,7 +47,7 @@ fn demo_syncs_over_http_from_peer_processes_and_bans_every_liar() {
     assert!(stdout.contains("result   OK"), "{stdout}");
     assert_eq!(r["ok"], true);
     assert_eq!(r["roots_equal"], true);
-    assert_eq!(r["source_root"], r["rebuilt_root"]);
+    assert_eq!(r["source_root"], r["synced_root"]);
     assert_eq!(r["source_root"].as_str().map(str::len), Some(64));
     assert_eq!(r["keys"], 20000);
     assert_eq!(r["capacity"], 16);
@@ -99,7 +99,7 @@ fn demo_with_only_liars_fails() {
     assert_eq!(out.status.code(), Some(1), "a sync from liars alone must fail");
     assert_eq!(r["ok"], false);
     assert!(r["error"].as_str().unwrap().contains("no usable source"), "{r}");
-    assert_eq!(r["rebuilt_root"], Value::Null);
+    assert_eq!(r["synced_root"], Value::Null);
     assert_eq!(r["liars_caught"], true);
     assert_eq!(r["banned"].as_array().map(Vec::len), Some(4));
     assert_peers_gone(&r);
