@@ -4,7 +4,7 @@
 # passes). Targets live in fuzz/ (its own cargo workspace); tools: scripts/install-fuzz-tools.sh.
 #
 # Usage:
-#   scripts/fuzz.sh smoke             build, seed, run each target FUZZ_SMOKE_SECONDS (20) s (CI)
+#   scripts/fuzz.sh smoke             build, seed, run each target FUZZ_SMOKE_SECONDS (10) s (CI)
 #   scripts/fuzz.sh long [SECONDS]    build, seed, run each target SECONDS (default 600) s
 #   scripts/fuzz.sh seed              rewrite the seed corpora fuzz/corpus/<target>/
 #   scripts/fuzz.sh build             build the targets only
@@ -17,7 +17,7 @@
 #                    ASan costs 4-8x in executions here. `address` also enables a 256 MB
 #                    per-allocation limit (nothing may allocate in proportion to a claim).
 #   FUZZ_TARGETS     the targets to run (default: all), space-separated
-#   FUZZ_SMOKE_SECONDS  seconds per target for smoke (default 20)
+#   FUZZ_SMOKE_SECONDS  seconds per target for smoke (default 10)
 #   FUZZ_UNIT_TIMEOUT   seconds one input may take before it counts as a hang (default 20)
 #
 # Each run regenerates the seed corpus (valid chunks, proofs, restore sequences, operation
@@ -73,16 +73,17 @@ build() {
 seed() {
     local t0=$SECONDS
     say "generating seed corpora (fuzz/examples/make_seeds.rs)"
-    # Built without libFuzzer (no C++ compile) and without instrumentation.
-    cargo build --quiet --release --no-default-features --example make_seeds --manifest-path "$FUZZ/Cargo.toml"
+    # Built without libFuzzer (no C++ compile) and without instrumentation, in the test
+    # profile into the main target directory (as scripts/verifiers.sh builds diff_corpus),
+    # where it reuses what the product's tests compiled.
+    local target="${CARGO_TARGET_DIR:-$ROOT/target}"
+    cargo build --quiet --profile test --target-dir "$target" --no-default-features \
+        --example make_seeds --manifest-path "$FUZZ/Cargo.toml"
     local t
     for t in "${ALL_TARGETS[@]}"; do
         rm -rf "${FUZZ:?}/corpus/$t"
     done
-    local gen
-    gen="$(cargo metadata --format-version 1 --no-deps --manifest-path "$FUZZ/Cargo.toml" |
-        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release/examples/make_seeds"
-    "$gen" "$FUZZ/corpus" | sed 's/^/fuzz: /'
+    "$target/debug/examples/make_seeds" "$FUZZ/corpus" | sed 's/^/fuzz: /'
     # Inputs that once failed stay in every corpus (fuzz/regressions/<target>/).
     local n=0 f
     for t in "${ALL_TARGETS[@]}"; do
@@ -177,7 +178,7 @@ done
 
 case "${1:-}" in
 smoke)
-    fuzz_all "${FUZZ_SMOKE_SECONDS:-20}"
+    fuzz_all "${FUZZ_SMOKE_SECONDS:-10}"
     ;;
 long)
     secs="${2:-600}"

@@ -61,9 +61,14 @@ run_ts() {
 run_diff() {
     local dir="${DIFF_DIR:-$ROOT/target/verifiers-diff}"
     mkdir -p "$dir"
-    say "building the corpus generator (fuzz/examples/diff_corpus.rs)"
-    cargo build --release -q --manifest-path "$ROOT/fuzz/Cargo.toml" --no-default-features --example diff_corpus
-    "$ROOT/fuzz/target/release/examples/diff_corpus" "$dir/corpus.json" "$dir/rust.txt"
+    # In the test profile, into the main target directory: fuzz/Cargo.toml repeats the main
+    # workspace's profiles, so the generator reuses most of what the product's tests compiled
+    # (a release build in fuzz/target compiled every dependency again).
+    local target="${CARGO_TARGET_DIR:-$ROOT/target}"
+    say "building the corpus generator (fuzz/examples/diff_corpus.rs, test profile)"
+    cargo build --profile test -q --target-dir "$target" --manifest-path "$ROOT/fuzz/Cargo.toml" \
+        --no-default-features --example diff_corpus
+    "$target/debug/examples/diff_corpus" "$dir/corpus.json" "$dir/rust.txt"
     (cd "$ROOT/verifiers/go" && go run ./cmd/bavl-corpus "$dir/corpus.json") >"$dir/go.txt"
     (cd "$ROOT/verifiers/ts" && npx --no-install tsc -p tsconfig.test.json &&
         node dist/tools/corpus.js "$dir/corpus.json") >"$dir/ts.txt"
