@@ -45,7 +45,9 @@ pub fn require_store(db: &Path) -> Result<()> {
                 | FileKind::Skeleton(_)
                 | FileKind::Chunks(_)
         );
-        if data || kind == FileKind::Meta {
+        // An unfinished sync or import counts: opening it is refused by the store with
+        // what it is and what to do (resume, or delete the directory).
+        if data || kind == FileKind::Meta || name == bavl_store::JOURNAL_FILE {
             store_files += 1;
         }
     }

@@ -112,3 +112,40 @@ fn a_store_without_its_metadata_is_damage_naming_it() {
     assert_eq!(out.status.code(), Some(1));
     assert!(common::stdout(&out).contains("PROBLEM  bavl.meta"), "{}", common::stdout(&out));
 }
+
+/// A directory holding an unfinished sync or import is named as such by every command
+/// that opens a store, not as "not a bavl store" and never opened: with half its chunks
+/// written, and with none (the journal alone).
+#[test]
+fn an_unfinished_ingest_is_named_by_every_read_command() {
+    let dir = TempDir::new("bavl-cli", "unfinished");
+    let mut tree = bavl_core::Tree::with_capacity(16).unwrap();
+    for i in 0..2_000u32 {
+        tree.insert(&key(i), &value(i, 1)).unwrap();
+    }
+    let snap = tree.snapshot();
+    let root = snap.root_hash();
+    for (name, written) in [("half", snap.chunk_count() / 2), ("none", 0)] {
+        let db = dir.join(name);
+        let mut ingest =
+            bavl_store::Ingest::open(&db, root, 7, bavl_store::IngestOptions::default()).unwrap();
+        for i in 0..written {
+            let bytes = snap.export_chunk(i).unwrap();
+            let chunk = bavl_core::verify_chunk::<bavl_core::Sha256>(&root, i, &bytes).unwrap();
+            ingest.add_verified(chunk).unwrap();
+        }
+        ingest.flush().unwrap();
+        drop(ingest);
+        let d = db.to_str().unwrap();
+        for args in [
+            vec!["stats", "--db", d],
+            vec!["get", "--db", d, "--key", "00"],
+            vec!["check", "--db", d],
+        ] {
+            let out = run(&args);
+            let err = common::stderr(&out);
+            assert!(!out.status.success(), "{name} {args:?} succeeded on an unfinished ingest");
+            assert!(err.contains("unfinished ingest of version 7"), "{name} {args:?}: {err}");
+        }
+    }
+}
