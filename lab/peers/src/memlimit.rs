@@ -115,7 +115,7 @@ struct Report<'a> {
 const NOTES: &[&str] = &[
     "bavl is the in-memory bavl_store::Store (whole state and retained versions in RAM); bavl-paged is the same store with Options::cache_bytes (docs/design.md §8.5.1: chunk bodies beyond the budget in its durable chunk files, loaded and verified on demand; a block's chunks prefetched on up to 16 threads; a checkpoint every 4 MiB of log, Options::paged), budget twice nomt's cache (nomt_cache_mib_each: 512 MiB at 2 GiB, 256 MiB at 1 GiB); bavl-paged-cached is bavl-paged with a 1 TiB budget (nothing evicted: the paged code path's own cost). bavl-paged counts the allocator's slack against its budget (Options::cache_counts_slack, the default since 2026-11-28 evening: it evicts to the budget divided by the memory the process gained per byte of body and skeleton counted; store_extra.paging.slack_permille is that factor at the last block); bavl-paged-heap is bavl-paged with it off (the budget counts the bodies' heap bytes, as before). Every bavl keeps 4 versions (keep_recent 4); nomt keeps one.",
     "--preload (params.preload), for nomt and bavl-paged only: the initial state is committed by a loader process outside the memory group (commits of 100,000 keys; bavl-paged with nothing evicted, then a checkpoint: every chunk body in a chunk file and a skeleton), copied, and opened by the measured process inside the group (open_s); load_s is the loader's. The in-memory stores (bavl, bavl-paged-cached), and every store without --preload, load inside the group in commits of load_batch keys.",
-    "Before each measured process starts, the page cache is dropped (sync; /proc/sys/vm/drop_caches = 1): the store's files were written or copied outside the group, and their cached pages, charged elsewhere, would otherwise be read free by a store that reads through the page cache (bavl) while nomt reads with O_DIRECT.",
+    "Before each measured process starts, the page cache is dropped (the store's files fsynced; /proc/sys/vm/drop_caches = 1): the store's files were written or copied outside the group, and their cached pages, charged elsewhere, would otherwise be read free by a store that reads through the page cache (bavl) while nomt reads with O_DIRECT.",
     "store_extra.cache_hit_rate (bavl-paged): operations whose key's chunk was resident when their block began, over every block after the load (warm-up included); store_extra.paging.loads: chunk bodies read back (the warm-up and measured blocks, and the reopen's none).",
     "Each store runs in its own child process inside its own cgroup v1 memory group (memory.limit_in_bytes = the limit, memory.swappiness = 0; no swap on the machine): anonymous memory and the page cache the child fills count; the kernel reclaims cache at the limit and OOM-kills when it cannot.",
     "cgroup_peak_bytes: memory.max_usage_in_bytes over the child's life (page cache included, so it approaches the limit whenever a store writes more than the limit); cgroup_peak_before_readback_bytes: the same read by the child after the last block, before it reads every key back; rss_peak_bytes: VmHWM after the last block.",
@@ -142,12 +142,31 @@ fn defaults(a: &CgroupArgs) -> Result<(Vec<u64>, Vec<u64>, u64, u64)> {
     Ok((keys, limit, blocks, warmup))
 }
 
-/// `sync`, then drops the kernel's clean page cache (`/proc/sys/vm/drop_caches` = 1; root).
-fn drop_page_cache() -> Result<()> {
-    let st = Command::new("sync").status()?;
-    anyhow::ensure!(st.success(), "sync: {st}");
+/// Makes the store's pages clean (every file under `dir` fsynced), then drops the kernel's
+/// clean page cache (`/proc/sys/vm/drop_caches` = 1; root). Not a system-wide `sync`: on a
+/// machine shared with other builds that waited for everyone's dirty data, about a minute
+/// per measured process.
+fn drop_page_cache(dir: &std::path::Path) -> Result<()> {
+    fsync_tree(dir).with_context(|| format!("fsyncing {}", dir.display()))?;
     std::fs::write("/proc/sys/vm/drop_caches", "1")
         .context("dropping the page cache before a measured run (needs root)")
+}
+
+/// fsyncs every file and directory under `path` (nothing if it does not exist).
+fn fsync_tree(path: &std::path::Path) -> std::io::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            fsync_tree(&entry?.path())?;
+        }
+    } else if !meta.is_file() {
+        return Ok(());
+    }
+    std::fs::File::open(path)?.sync_all()
 }
 
 /// Keys per commit of a loader outside the memory group.
@@ -295,7 +314,7 @@ pub fn run(a: CgroupArgs) -> Result<()> {
                 // group, and a store reading through the page cache (bavl) would read them
                 // free while one reading with O_DIRECT (nomt) pays. Every measured child
                 // starts with nothing of them cached.
-                drop_page_cache()?;
+                drop_page_cache(&store_dir)?;
                 let g = MemCgroup::create(&format!("{name}-{keys}"), limit)?;
                 c.envs(env.iter().copied());
                 c.arg("--dir").arg(&store_dir);
