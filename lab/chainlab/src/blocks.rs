@@ -142,7 +142,7 @@ pub fn run(bins: &Bins, dir: &Path, base: u16, format: &str, setup: &Setup) -> R
     load.args(["--threads", &setup.load_threads.to_string(), "--keys", &setup.keys.to_string()]);
     net.start_other("load", &mut load)?;
     // The first seconds fill the mempool and the first blocks drain a burst: skip them.
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(Duration::from_secs(setup.load_warmup_s));
     let h0 = net.height(0)? + 2;
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(setup.load_s) {

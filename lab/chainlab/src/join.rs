@@ -76,7 +76,7 @@ pub fn run(bins: &Bins, dir: &Path, base: u16, spec: &Network, setup: &Setup) ->
             setup.interval.to_string(),
             // Snapshots outlive a slow join (a baseline joiner downloading forgeries).
             "--snapshot-keep".into(),
-            "4".into(),
+            setup.snapshot_keep.to_string(),
             "--snapshot-format".into(),
             spec.format.into(),
             "--block-log".into(),

@@ -30,11 +30,13 @@ use clap::Parser;
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
 struct Cli {
-    /// A small state, one repetition, a short load: the CI smoke (about 3 minutes).
+    /// A small state, one repetition, snapshots every 5 heights, a short load: the CI smoke
+    /// (every network of the full run, each smaller and shorter; about 2 minutes on 2
+    /// loaded cores).
     #[arg(long)]
     quick: bool,
     /// Keys of the preloaded state (20-byte keys, 100-byte values) [default: 1000000,
-    /// quick 30000].
+    /// quick 10000].
     #[arg(long)]
     keys: Option<u64>,
     /// Joins per variant [default: 3, quick 1].
@@ -47,7 +49,8 @@ struct Cli {
     /// baseline) each (see `bavl-abci serve --help`).
     #[arg(long, default_value = "forged,forged-many", value_delimiter = ',')]
     lies: Vec<String>,
-    /// Seconds of load in the throughput experiment [default: 60, quick 15].
+    /// Seconds of load in the throughput experiment, after its warm-up (8 s; quick 3 s)
+    /// [default: 60, quick 8].
     #[arg(long)]
     load_seconds: Option<u64>,
     /// Concurrent submitters of the load generator.
@@ -73,10 +76,17 @@ struct Cli {
 pub struct Setup {
     pub keys: u64,
     pub interval: u64,
+    /// Snapshots each validator keeps during a join. They must outlive a slow join, on the
+    /// liar too, which takes `FORGERIES` + 1 snapshots per interval: with too few, a baseline
+    /// joiner chasing a forged snapshot the liar has since pruned asks for its chunk every
+    /// 10 s until the join times out (what the quick run did with 4 kept at interval 10).
+    pub snapshot_keep: u64,
     pub reps: usize,
     pub join_timeout_s: u64,
     pub load_interval: u64,
     pub load_s: u64,
+    /// Seconds of load before the measured window (the mempool filling, a burst drained).
+    pub load_warmup_s: u64,
     pub load_threads: u64,
 }
 
@@ -136,12 +146,14 @@ fn main() -> Result<()> {
     let root = bavl_labkit::repo_root();
     let q = cli.quick;
     let setup = Setup {
-        keys: cli.keys.unwrap_or(if q { 30_000 } else { 1_000_000 }),
-        interval: if q { 10 } else { 100 },
+        keys: cli.keys.unwrap_or(if q { 10_000 } else { 1_000_000 }),
+        interval: if q { 5 } else { 100 },
+        snapshot_keep: if q { 50 } else { 4 },
         reps: cli.reps.unwrap_or(if q { 1 } else { 3 }).max(1),
         join_timeout_s: if q { 120 } else { 400 },
         load_interval: if q { 5 } else { 10 },
-        load_s: cli.load_seconds.unwrap_or(if q { 15 } else { 60 }),
+        load_s: cli.load_seconds.unwrap_or(if q { 8 } else { 60 }),
+        load_warmup_s: if q { 3 } else { 8 },
         load_threads: cli.load_threads.max(1),
     };
     let out = cli.out.clone().unwrap_or_else(|| {
