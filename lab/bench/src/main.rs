@@ -58,7 +58,7 @@ enum Command {
 
 #[derive(Args)]
 struct CoreArgs {
-    /// Keys in the measured state (default 1,000,000; 100,000 with --quick).
+    /// Keys in the measured state (default 1,000,000; 50,000 with --quick).
     #[arg(long)]
     keys: Option<usize>,
     /// Smoke run: fewer keys, fewer repetitions, a smaller sweep.
@@ -70,16 +70,16 @@ struct CoreArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Keys in each capacity of the sweep (default: --keys; 50,000 with --quick).
+    /// Keys in each capacity of the sweep (default: --keys; 25,000 with --quick).
     #[arg(long)]
     sweep_keys: Option<usize>,
     /// Capacities of the sweep, comma-separated.
     #[arg(long, value_delimiter = ',')]
     capacities: Option<Vec<u32>>,
-    /// Measured update blocks of 10,000 upserts on one core (default 24; 20 with --quick).
+    /// Measured update blocks of 10,000 upserts on one core (default 24; 10 with --quick).
     #[arg(long)]
     blocks: Option<usize>,
-    /// Further measured blocks with no CPU pin, at the default capacity (default 12; 5 with --quick).
+    /// Further measured blocks with no CPU pin, at the default capacity (default 12; 3 with --quick).
     #[arg(long)]
     unpinned_blocks: Option<usize>,
     /// Threads for the parallel verify.
@@ -112,10 +112,10 @@ fn core(a: CoreArgs) -> Result<()> {
     let meter = CpuMeter::start();
     let mut machine = Machine::probe();
     let date = machine.date.clone();
-    let keys = a.keys.unwrap_or(if a.quick { 100_000 } else { 1_000_000 });
-    let blocks = a.blocks.unwrap_or(if a.quick { 20 } else { 24 });
-    let unpinned = a.unpinned_blocks.unwrap_or(if a.quick { 5 } else { 12 });
-    let sweep_keys = a.sweep_keys.unwrap_or(if a.quick { 50_000.min(keys) } else { keys });
+    let keys = a.keys.unwrap_or(if a.quick { 50_000 } else { 1_000_000 });
+    let blocks = a.blocks.unwrap_or(if a.quick { 10 } else { 24 });
+    let unpinned = a.unpinned_blocks.unwrap_or(if a.quick { 3 } else { 12 });
+    let sweep_keys = a.sweep_keys.unwrap_or(if a.quick { 25_000.min(keys) } else { keys });
     let capacities = a.capacities.clone().unwrap_or(if a.quick {
         vec![16, 64, 256, 1024, 4096]
     } else {
@@ -126,7 +126,7 @@ fn core(a: CoreArgs) -> Result<()> {
         keys,
         blocks: 1 + blocks + unpinned,
         block_size: BLOCK,
-        lookups: if a.quick { 200_000 } else { 1_000_000 },
+        lookups: if a.quick { 100_000 } else { 1_000_000 },
         proof_samples: 10_000,
     };
     let plan = Plan {
