@@ -60,8 +60,9 @@ pub struct RunArgs {
     /// Where clusters live while they run.
     #[arg(long, default_value = "target/clusterlab/work")]
     pub work: PathBuf,
-    /// The first loopback port (each cluster takes 10 from there).
-    #[arg(long, default_value_t = 34000)]
+    /// The first loopback port (each cluster takes 10 from there); the default is below
+    /// Linux's ephemeral range (32768-60999), where an outgoing connection may hold it.
+    #[arg(long, default_value_t = 22000)]
     pub port: u16,
     /// Run the nodes without fsync (measurement of what the fsyncs cost only).
     #[arg(long)]
