@@ -73,9 +73,10 @@ pub fn ensure(dir: &Path, keys: u64, capacity: u32) -> Result<StateInfo> {
 }
 
 /// Opens a store read-only-ish (no checkpoints) and builds the baseline snapshot of its
-/// newest version.
+/// newest version: in memory (`Options::in_memory`), since the baseline iterates the whole
+/// state, which a paged store's snapshot refuses for chunks it holds on disk.
 pub fn baseline_snapshot(db: &Path, chunk_bytes: u64) -> Result<baseline::Snapshot> {
-    let opts = Options { checkpoint: bavl_store::CheckpointPolicy::Manual, ..Options::default() };
+    let opts = Options { checkpoint: bavl_store::CheckpointPolicy::Manual, ..Options::in_memory() };
     let store = Store::open(db, opts).map_err(|e| anyhow::anyhow!("{}: {e}", db.display()))?;
     let snap = store.snapshot(store.version()).map_err(|e| anyhow::anyhow!("{e}"))?;
     drop(store);
