@@ -90,10 +90,18 @@ struct Args {
     /// A note recorded in the JSON.
     #[arg(long)]
     note: Option<String>,
+    /// Draw the figure again from this run's JSON (into --out) and exit.
+    #[arg(long, value_name = "JSON")]
+    replot: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
-    match run_all(&Args::parse()) {
+    let args = Args::parse();
+    let r = match &args.replot {
+        Some(json) => replot(json, &outputs(&args).0),
+        None => run_all(&args),
+    };
+    match r {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -239,6 +247,17 @@ fn run_all(args: &Args) -> Result<ExitCode> {
     );
     let all_ok = !rows.is_empty() && rows.iter().all(|r| r.ok) && skipped.is_empty();
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The figure of a written JSON, drawn again.
+fn replot(json: &Path, out: &Path) -> Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
+    let doc: Value = serde_json::from_str(&text)?;
+    let rows: Vec<Row> = serde_json::from_value(doc["sizes"].clone()).context("the sizes")?;
+    let limit = doc["config"]["limit"].as_u64();
+    report::plot(&out.join("join-to-disk.png"), &rows, limit)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn outputs(args: &Args) -> (PathBuf, PathBuf) {

@@ -275,7 +275,7 @@ fn panel(
         .x_label_area_size(44)
         .y_label_area_size(70)
         .build_cartesian_2d((x0 - 0.3)..(x1 + 0.3), (y0 - 0.3)..(y1 + 0.5))?;
-    let pow = |v: &f64| plot::tick(10f64.powf(*v));
+    let pow = |v: &f64| sig3(10f64.powf(*v));
     chart
         .configure_mesh()
         .x_labels(6)
@@ -292,6 +292,14 @@ fn panel(
         }
     }
     plot::legend(&mut chart, SeriesLabelPosition::UpperLeft, 14)
+}
+
+/// Ticks of a log axis fall between round numbers: three significant digits (63.1, 2510,
+/// 31.6M).
+fn sig3(v: f64) -> String {
+    let (x, unit) = if v >= 1e6 { (v / 1e6, "M") } else { (v, "") };
+    let decimals = (2 - x.abs().max(1e-9).log10().floor() as i32).max(0) as usize;
+    format!("{x:.decimals$}{unit}")
 }
 
 #[cfg(test)]
@@ -326,6 +334,15 @@ mod tests {
         bad.derive();
         assert!(!bad.ok, "a store that does not check is not ok");
         assert!(rss_over_budget(100, 200, 10) < 0.0, "under the budget is negative");
+    }
+
+    #[test]
+    fn log_ticks_keep_three_digits() {
+        assert_eq!(sig3(63.0957), "63.1");
+        assert_eq!(sig3(2511.9), "2512");
+        assert_eq!(sig3(3.98107), "3.98");
+        assert_eq!(sig3(31_622_776.6), "31.6M");
+        assert_eq!(sig3(100_000_000.0), "100M");
     }
 
     #[test]
