@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bavl_labkit::cgroup::{CgroupStats, MemCgroup};
+use bavl_labkit::procstat::{cpu_seconds, vm_hwm};
 use serde::Serialize;
 
 /// How often a measured child is looked at.
@@ -136,24 +137,6 @@ pub fn run_measured(
         stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
         stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
     })
-}
-
-/// The peak resident set of a live process, in bytes.
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// User plus system CPU time of a live process, in seconds (at 100 ticks a second, as
-/// Linux reports them to user space on every architecture the lab runs on).
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
 }
 
 #[cfg(test)]

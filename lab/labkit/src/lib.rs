@@ -7,6 +7,7 @@
 //! - [`plot`]: the font registered once, PNG files, legends, category bar panels and the
 //!   palette the figures share.
 //! - [`cgroup`]: a cgroup v1 memory group for a measured child process (root).
+//! - [`procstat`]: a live child's peak resident set and CPU time, from `/proc`.
 //! - [`paths`]: the repository's root and its `docs/results/`, where default outputs go
 //!   whatever the working directory.
 //!
@@ -18,6 +19,7 @@ pub mod cgroup;
 pub mod machine;
 pub mod paths;
 pub mod plot;
+pub mod procstat;
 pub mod stats;
 
 pub use machine::Machine;

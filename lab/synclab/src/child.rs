@@ -14,6 +14,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use bavl_labkit::procstat::{cpu_seconds, vm_hwm};
 
 /// How often a measured child is looked at.
 pub const POLL: Duration = Duration::from_millis(10);
@@ -105,25 +106,6 @@ pub fn run_measured(mut cmd: Command, timeout: Duration) -> Result<Measured> {
     };
     let seconds = start.elapsed().as_secs_f64();
     Ok(Measured { status, seconds, peak_rss_bytes: peak, cpu_s: cpu })
-}
-
-/// The peak resident set of a live process, in bytes.
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
-/// User plus system CPU time of a live process, in seconds.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces): state is the 3rd field,
-    // utime the 14th, stime the 15th.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / rustix::param::clock_ticks_per_second() as f64)
 }
 
 #[cfg(test)]
