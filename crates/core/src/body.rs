@@ -160,6 +160,17 @@ impl ChunkRef<'_> {
         }
     }
 
+    /// The chunk's skeleton record with its body at `loc` (`docs/design.md` §8.5.1).
+    pub fn skeleton_entry(&self, loc: u64) -> crate::SkeletonEntry {
+        crate::SkeletonEntry {
+            key_height: self.key_height,
+            hash: self.hash(),
+            len: self.len(),
+            loc,
+            first_key: self.first_key().into(),
+        }
+    }
+
     /// Where the body is on disk, if anywhere (always for an absent chunk).
     pub fn location(&self) -> Option<u64> {
         match self.leaf {

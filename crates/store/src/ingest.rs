@@ -604,15 +604,7 @@ fn write_skeleton(
             err = Some(StoreError::corrupted(tmp, 0, "a chunk without a location"));
             return;
         };
-        let first_key = c.first_key().into();
-        let e = SkeletonEntry {
-            key_height: c.key_height,
-            hash: c.hash(),
-            len: c.len(),
-            loc,
-            first_key,
-        };
-        encode_entry(&mut buf, &e);
+        encode_entry(&mut buf, &c.skeleton_entry(loc));
         crc.update(&buf[start..]);
         if buf.len() >= 1 << 20 {
             if let Err(e) = out.write_all(&buf) {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bavl_core::{ChunkRef, SkeletonEntry, Snapshot};
+use bavl_core::{ChunkRef, Snapshot};
 
 use crate::backend::Backend;
 use crate::checkpoint::{CheckpointReport, Header};
@@ -211,15 +211,7 @@ impl Walk<'_> {
             }
         };
         self.named.insert(durable_id(loc).expect("durable"));
-        let first_key = c.first_key().into();
-        let e = SkeletonEntry {
-            key_height: c.key_height,
-            hash: c.hash(),
-            len: c.len(),
-            loc,
-            first_key,
-        };
-        encode_entry(&mut self.entries, &e);
+        encode_entry(&mut self.entries, &c.skeleton_entry(loc));
         Ok(())
     }
 }
