@@ -116,11 +116,11 @@ impl SnapFile {
         if bundles != meta.bundles() {
             return Err(bad(format!("{bundles} bundles, its metadata {}", meta.bundles())));
         }
-        let index_len = bundles * 8;
         let body = len - (HEADER_LEN + TRAILER_LEN) as u64;
-        if index_len > body {
+        let index_len = bundles.checked_mul(8).filter(|&l| l <= body);
+        let Some(index_len) = index_len else {
             return Err(bad(format!("an index of {bundles} bundles does not fit")));
-        }
+        };
         let index_at = len - TRAILER_LEN as u64 - index_len;
         let mut raw = vec![0u8; index_len as usize];
         dir.read_at(name, index_at, &mut raw).map_err(io(format!("reading {name}")))?;
